@@ -69,7 +69,7 @@ class HwConfig:
     """
     name: str
     ti: int                          # input channels consumed per cycle
-    to: int                          # output channels produced per cycle
+    to: int                          # output channels produced per cycle (even: packing pairs them)
     buffer_bytes: tuple[int, int, int]  # the three interchangeable buffers {0, 1, 2}
     row_buffer_bytes: int            # circular row buffer, ROW_BUFFER_ROWS rows
     psum_buffer_bytes: int           # 32-bit partial sums
@@ -99,8 +99,6 @@ class HwConfig:
             value = getattr(self, field)
             if not isinstance(value, int) or not _is_pow2(value) or not 2 <= value <= 256:
                 self._fail(field, value, "must be a power of two between 2 and 256")
-        if self.dsp_packing and self.to % 2:
-            self._fail("to", self.to, "DSP packing pairs two output channels, so To must be even")
         if len(self.buffer_bytes) != 3:
             self._fail("buffer_bytes", self.buffer_bytes, "needs exactly three buffers {0, 1, 2}")
         for i, size in enumerate(self.buffer_bytes):

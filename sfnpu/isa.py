@@ -31,6 +31,7 @@ __all__ = [
     "Eltwise", "InputTransform", "MemSpace", "LocationLayout", "InstructionLayout",
     "Location", "Instruction", "InstructionError", "dram", "buffer", "FIELD_DOCS", "encode", "decode",
     "validate", "encode_program", "decode_program", "expected_output_hw", "field_table",
+    "enum_types", "FieldInfo", "VALUE_SIGNEDNESS",
 ]
 
 WORDS = 11
@@ -583,6 +584,20 @@ def field_table() -> list[FieldInfo]:
                                   field.width, kind, doc))
     walk(InstructionLayout, "", 0)
     return rows
+
+
+def enum_types() -> list[type]:
+    """The shaped enums of the layout, in order of first appearance."""
+    found = []
+
+    def walk(struct):
+        for _, field in data.Layout.cast(struct):
+            if _is_struct(field.shape):
+                walk(field.shape)
+            elif _is_enum(field.shape) and field.shape not in found:
+                found.append(field.shape)
+    walk(InstructionLayout)
+    return found
 
 
 _SIZE = data.Layout.cast(InstructionLayout).size

@@ -1,0 +1,245 @@
+"""Memory layouts of tensors, weights and per-group parameters — defined once, used by the
+compiler (packing), the golden and cycle models (reading), the RTL address generators and the
+DRAM-image checks.
+
+Feature maps: channel-blocked ``[C/L][H][W][L]`` with ``L = config.lanes`` ("NCHWc"). A block of
+``L`` channels of one pixel is one bank-wide word of an on-chip buffer; a concat writes at a
+channel offset by starting at a later block (and lane) without knowing the destination's total
+channel count. Channels past ``C`` in the last block are padding.
+
+Weights, normal convolution: ``[O/To][I/Ti][kh][kw][To][Ti]`` — one ``To×Ti`` weight block per
+tap, streamed in order. Depthwise: ``[C/L][kh][kw][L]``. Padding entries are zero.
+
+Parameter block: the sections of :func:`param_sections`, each aligned to :data:`PARAM_ALIGN`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+
+import numpy as np
+
+from .config import HwConfig
+from .isa import Activation, ConvKind, Eltwise, Instruction, InputTransform, Location, \
+    MemSpace
+
+__all__ = [
+    "PARAM_ALIGN", "channel_blocks", "tensor_bytes", "pack_tensor", "unpack_tensor",
+    "weight_shape", "weight_bytes", "pack_weights", "unpack_weights", "ParamSection",
+    "param_sections", "param_bytes", "pack_params", "unpack_params", "Access", "accesses",
+    "conv_output_hw",
+]
+
+#: Alignment of parameter sections (and of the parameter block itself).
+PARAM_ALIGN = 16
+
+
+def _align(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+def channel_blocks(c: int, lanes: int) -> int:
+    return ceil(c / lanes)
+
+
+# --------------------------------------------------------------------------------------------
+# Feature maps
+# --------------------------------------------------------------------------------------------
+
+def tensor_bytes(c: int, h: int, w: int, lanes: int) -> int:
+    """Bytes of a ``c×h×w`` feature map in the channel-blocked layout."""
+    return channel_blocks(c, lanes) * h * w * lanes
+
+
+def pack_tensor(x: np.ndarray, lanes: int, fill: int = 0) -> bytes:
+    """``(C, H, W)`` int8/uint8 → channel-blocked bytes; padding channels hold ``fill``."""
+    if x.ndim != 3 or x.dtype not in (np.int8, np.uint8):
+        raise ValueError(f"expected a (C, H, W) int8 or uint8 array, got {x.dtype} {x.shape}")
+    c, h, w = x.shape
+    blocks = channel_blocks(c, lanes)
+    padded = np.full((blocks * lanes, h, w), fill, dtype=x.dtype)
+    padded[:c] = x
+    return padded.reshape(blocks, lanes, h, w).transpose(0, 2, 3, 1).tobytes()
+
+
+def unpack_tensor(buf: bytes, c: int, h: int, w: int, lanes: int, signed: bool) -> np.ndarray:
+    """Inverse of :func:`pack_tensor` (padding channels dropped)."""
+    size = tensor_bytes(c, h, w, lanes)
+    if len(buf) < size:
+        raise ValueError(f"a {c}x{h}x{w} tensor needs {size} bytes, got {len(buf)}")
+    blocks = channel_blocks(c, lanes)
+    arr = np.frombuffer(buf, dtype=np.int8 if signed else np.uint8, count=size)
+    return arr.reshape(blocks, h, w, lanes).transpose(0, 3, 1, 2).reshape(-1, h, w)[:c].copy()
+
+
+def conv_output_hw(instr: Instruction) -> tuple[int, int]:
+    """Height and width after the convolution, before pooling and upsampling (the shape of the
+    element-wise operand)."""
+    h = (instr.in_h + instr.pad_top + instr.pad_bottom - instr.kh) // instr.sh + 1
+    w = (instr.in_w + instr.pad_left + instr.pad_right - instr.kw) // instr.sw + 1
+    return h, w
+
+
+# --------------------------------------------------------------------------------------------
+# Weights
+# --------------------------------------------------------------------------------------------
+
+def weight_shape(instr: Instruction) -> tuple[int, ...]:
+    """ONNX weight shape of the group's convolution (``(O, I, kh, kw)``; depthwise I = 1)."""
+    if instr.conv == ConvKind.NORMAL:
+        return (instr.out_c, instr.in_c, instr.kh, instr.kw)
+    if instr.conv == ConvKind.DEPTHWISE:
+        return (instr.out_c, 1, instr.kh, instr.kw)
+    return ()
+
+
+def weight_bytes(instr: Instruction, config: HwConfig) -> int:
+    if instr.conv == ConvKind.NORMAL:
+        return (channel_blocks(instr.out_c, config.to) * config.to
+                * channel_blocks(instr.in_c, config.ti) * config.ti * instr.kh * instr.kw)
+    if instr.conv == ConvKind.DEPTHWISE:
+        return tensor_bytes(instr.out_c, instr.kh, instr.kw, config.lanes)
+    return 0
+
+
+def pack_weights(weights: np.ndarray, instr: Instruction, config: HwConfig) -> bytes:
+    """ONNX-shaped int8 weights → the hardware layout of the group's convolution kind."""
+    expect = weight_shape(instr)
+    if weights.shape != expect or weights.dtype != np.int8:
+        raise ValueError(f"expected int8 weights of shape {expect}, got {weights.dtype} "
+                         f"{weights.shape}")
+    if instr.conv == ConvKind.DEPTHWISE:
+        return pack_tensor(weights[:, 0], config.lanes)
+    o, i, kh, kw = weights.shape
+    ob, ib = channel_blocks(o, config.to), channel_blocks(i, config.ti)
+    padded = np.zeros((ob * config.to, ib * config.ti, kh, kw), dtype=np.int8)
+    padded[:o, :i] = weights
+    blocks = padded.reshape(ob, config.to, ib, config.ti, kh, kw)
+    return blocks.transpose(0, 2, 4, 5, 1, 3).tobytes()
+
+
+def unpack_weights(buf: bytes, instr: Instruction, config: HwConfig) -> np.ndarray:
+    """Inverse of :func:`pack_weights`."""
+    if instr.conv == ConvKind.DEPTHWISE:
+        return unpack_tensor(buf, instr.out_c, instr.kh, instr.kw, config.lanes, True)[:, None]
+    o, i, kh, kw = weight_shape(instr)
+    ob, ib = channel_blocks(o, config.to), channel_blocks(i, config.ti)
+    size = weight_bytes(instr, config)
+    arr = np.frombuffer(buf, dtype=np.int8, count=size)
+    blocks = arr.reshape(ob, ib, kh, kw, config.to, config.ti).transpose(0, 4, 1, 5, 2, 3)
+    return blocks.reshape(ob * config.to, ib * config.ti, kh, kw)[:o, :i].copy()
+
+
+# --------------------------------------------------------------------------------------------
+# Parameter block
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ParamSection:
+    name: str
+    dtype: np.dtype | str   # little-endian numpy dtype
+    count: int
+    offset: int     # from the start of the parameter block
+
+    @property
+    def nbytes(self) -> int:
+        return np.dtype(self.dtype).itemsize * self.count
+
+
+#: Element-wise operands: conv-side zero point, then the float32 multipliers of the two operands
+#: and the output (their use is fixed by the numeric contract of the golden model).
+ELTWISE_RECORD = np.dtype([("a_zp", "<i4"), ("a_mult", "<f4"), ("b_mult", "<f4"),
+                           ("out_mult", "<f4")])
+
+
+def param_sections(instr: Instruction, config: HwConfig) -> list[ParamSection]:
+    """The sections of a group's parameter block, in order, with their offsets."""
+    out_cp = channel_blocks(instr.out_c, config.to) * config.to
+    in_cp = channel_blocks(instr.in_c, config.lanes) * config.lanes
+    wanted: list[tuple[str, np.dtype | str, int]] = []
+    if instr.conv != ConvKind.NONE:
+        wanted += [("bias", "<i4", out_cp), ("multiplier", "<f4", out_cp),
+                   ("weight_zp", "i1", out_cp)]
+    if instr.in_transform == InputTransform.AFFINE_RELU:
+        wanted += [("affine_scale", "<f4", in_cp), ("affine_shift", "<f4", in_cp)]
+    if instr.eltwise != Eltwise.NONE:
+        wanted += [("eltwise", ELTWISE_RECORD, 1)]
+    if instr.act == Activation.TABLE:
+        wanted += [("act_table", "u1", 256)]
+    sections, offset = [], 0
+    for name, dtype, count in wanted:
+        section = ParamSection(name, dtype, count, offset)
+        sections.append(section)
+        offset = _align(offset + section.nbytes, PARAM_ALIGN)
+    return sections
+
+
+def param_bytes(instr: Instruction, config: HwConfig) -> int:
+    sections = param_sections(instr, config)
+    return _align(sections[-1].offset + sections[-1].nbytes, PARAM_ALIGN) if sections else 0
+
+
+def pack_params(instr: Instruction, config: HwConfig, **arrays) -> bytes:
+    """The parameter block from one array per section (shorter arrays are zero-padded);
+    a missing or unexpected section is an error naming it."""
+    sections = {s.name: s for s in param_sections(instr, config)}
+    unknown = set(arrays) - set(sections)
+    missing = set(sections) - set(arrays)
+    if unknown or missing:
+        raise ValueError(f"parameter block of this group has sections {list(sections)}; "
+                         f"missing {sorted(missing)}, unexpected {sorted(unknown)}")
+    out = bytearray(param_bytes(instr, config))
+    for name, section in sections.items():
+        values = np.asarray(arrays[name]).astype(section.dtype).reshape(-1)
+        if values.size > section.count:
+            raise ValueError(f"parameter section {name!r} holds {section.count} values, "
+                             f"got {values.size}")
+        raw = values.tobytes()
+        out[section.offset:section.offset + len(raw)] = raw
+    return bytes(out)
+
+
+def unpack_params(buf: bytes, instr: Instruction, config: HwConfig) -> dict[str, np.ndarray]:
+    return {s.name: np.frombuffer(buf, dtype=s.dtype, count=s.count, offset=s.offset).copy()
+            for s in param_sections(instr, config)}
+
+
+# --------------------------------------------------------------------------------------------
+# Address ranges an instruction touches
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Access:
+    operand: str        # instruction field: input, output, shortcut, weights, params
+    space: MemSpace
+    start: int          # byte addresses in that space, end exclusive
+    end: int
+    write: bool
+
+
+def accesses(instr: Instruction, config: HwConfig) -> list[Access]:
+    """Every memory range the group reads or writes (for window checks and traffic counts)."""
+    lanes = config.lanes
+
+    def rng(operand: str, loc: Location, start: int, end: int, write=False):
+        return Access(operand, loc.space, loc.offset + start, loc.offset + end, write)
+
+    plane = instr.out_h * instr.out_w * lanes
+    first_block = instr.out_c_offset // lanes
+    end_block = channel_blocks(instr.out_c_offset + instr.out_c, lanes)
+    result = [
+        rng("input", instr.input, 0, tensor_bytes(instr.in_c, instr.in_h, instr.in_w, lanes)),
+        rng("output", instr.output, first_block * plane, end_block * plane, write=True),
+    ]
+    if instr.eltwise == Eltwise.ADD:
+        h, w = conv_output_hw(instr)
+        result.append(rng("shortcut", instr.shortcut, 0, tensor_bytes(instr.out_c, h, w, lanes)))
+    elif instr.eltwise == Eltwise.CHANNEL_SCALE:
+        result.append(rng("shortcut", instr.shortcut, 0, tensor_bytes(instr.out_c, 1, 1, lanes)))
+    if instr.conv != ConvKind.NONE:
+        result.append(rng("weights", instr.weights, 0, weight_bytes(instr, config)))
+    size = param_bytes(instr, config)
+    if size:
+        result.append(rng("params", instr.params, 0, size))
+    return result
