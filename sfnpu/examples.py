@@ -55,8 +55,8 @@ def _groups(channels: int, size: int) -> list[Instruction]:
 def _random_params(instr: Instruction, config: HwConfig, rng) -> dict[str, np.ndarray]:
     arrays = {}
     for s in layout.param_sections(instr, config):
-        if s.name == "eltwise":
-            arrays[s.name] = np.array([(-7, 0.5, 0.25, 1.0)], dtype=layout.ELTWISE_RECORD)
+        if s.name == "post":
+            arrays[s.name] = np.zeros(1, layout.POST_RECORD)
         elif np.dtype(s.dtype).kind == "f":
             arrays[s.name] = rng.uniform(1e-3, 1e-2, s.count).astype(s.dtype)
         else:

@@ -28,7 +28,7 @@ __all__ = [
     "PARAM_ALIGN", "channel_blocks", "tensor_bytes", "pack_tensor", "unpack_tensor",
     "weight_shape", "weight_bytes", "pack_weights", "unpack_weights", "ParamSection",
     "param_sections", "param_bytes", "pack_params", "unpack_params", "Access", "accesses",
-    "conv_output_hw",
+    "conv_output_hw", "STAGES", "POST_RECORD",
 ]
 
 #: Alignment of parameter sections (and of the parameter block itself).
@@ -147,11 +147,15 @@ class ParamSection:
         return np.dtype(self.dtype).itemsize * self.count
 
 
-#: Element-wise operands: conv-side zero point, then the float32 multipliers of the two operands
-#: and the output (their use is fixed by the numeric contract of the golden model).
-ELTWISE_RECORD = np.dtype([("a_zp", "<i4"), ("a_mult", "<f4"), ("b_mult", "<f4"),
-                           ("out_mult", "<f4")])
+#: Post-processing stages, in hardware order; index into the POST_RECORD arrays.
+STAGES = ("conv", "act", "eltwise", "act_after", "pool")
 
+#: The quantisation of every stage's output code (zero point, int8 or uint8) and the float32
+#: multipliers of the stages that requantise (their use is fixed by :mod:`sfnpu.numeric`).
+#: A stage the group does not use holds zeros. The final stage's entry equals the
+#: instruction's out_zp / out_signed.
+POST_RECORD = np.dtype([("zp", "<i4", (len(STAGES),)), ("signed", "<i4", (len(STAGES),)),
+                        ("eltwise_mult", "<f4", (3,)), ("pool_mult", "<f4")])
 
 def param_sections(instr: Instruction, config: HwConfig) -> list[ParamSection]:
     """The sections of a group's parameter block, in order, with their offsets."""
@@ -163,8 +167,7 @@ def param_sections(instr: Instruction, config: HwConfig) -> list[ParamSection]:
                    ("weight_zp", "i1", out_cp)]
     if instr.in_transform == InputTransform.AFFINE_RELU:
         wanted += [("affine_scale", "<f4", in_cp), ("affine_shift", "<f4", in_cp)]
-    if instr.eltwise != Eltwise.NONE:
-        wanted += [("eltwise", ELTWISE_RECORD, 1)]
+    wanted += [("post", POST_RECORD, 1)]
     if instr.act == Activation.TABLE:
         wanted += [("act_table", "u1", 256)]
     sections, offset = [], 0
