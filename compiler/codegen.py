@@ -1,0 +1,216 @@
+"""Groups → instructions, parameter data and a DRAM image.
+
+Every tensor a group writes gets a DRAM home (graph outputs in OUTPUT sections, the rest in
+SCRATCH); on-chip placement and frame reuse come from the memory optimizer when it runs. The
+parameter section holds, per group, the packed weights and the parameter block of
+:func:`sfnpu.layout.param_sections`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sfnpu import image, isa, layout, numeric
+from sfnpu.config import HwConfig
+from sfnpu.isa import Activation, ActOrder, ConvKind, Eltwise, Instruction, Pool, Reuse
+
+from .groups import Group
+from .ir import Graph, IRError, QType
+
+__all__ = ["Program", "generate", "CodegenError"]
+
+
+class CodegenError(IRError):
+    """A group the instruction set cannot express; names the group's first node."""
+
+
+@dataclass
+class Program:
+    """A compiled program: instructions plus everything needed to (re)build its image."""
+    config: HwConfig
+    graph: Graph
+    groups: list[Group]
+    instructions: list[Instruction]
+    params: bytes
+    layout: image.ImageLayout
+    inputs: list[str]                   # IR tensor per INPUT section
+    outputs: list[str]                  # IR tensor per OUTPUT section
+    locations: dict[str, isa.Location] = field(default_factory=dict)
+
+    def pack(self, inputs: list[np.ndarray]) -> bytes:
+        """The DRAM image for these quantised ``(C, H, W)`` inputs."""
+        return image.pack(self.layout, self.config, self.instructions, self.params, inputs)
+
+
+def _tensor_desc(graph: Graph, name: str) -> image.TensorDesc:
+    t = graph.tensors[name]
+    return image.TensorDesc(*t.shape, signed=t.qtype.signed, zero_point=t.qtype.zero_point,
+                            scale=t.qtype.scale)
+
+
+def _align(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+def _stage_names(group: Group) -> list[str]:
+    """Each node's stage in layout.STAGES order."""
+    names, seen_eltwise = [], False
+    for n in group.nodes:
+        if n.op == "conv":
+            names.append("conv")
+        elif n.op == "table":
+            names.append("act_after" if seen_eltwise else "act")
+        elif n.op in ("add", "mul"):
+            names.append("eltwise")
+            seen_eltwise = True
+        elif n.op in ("maxpool", "avgpool", "globalavgpool"):
+            names.append("pool")
+        else:
+            names.append(n.op)
+    return names
+
+
+class _Builder:
+    def __init__(self, graph: Graph, config: HwConfig):
+        self.graph, self.config = graph, config
+        self.params = bytearray()
+
+    def add_params(self, blob: bytes) -> int:
+        offset = len(self.params)
+        self.params += blob + bytes(-len(blob) % layout.PARAM_ALIGN)
+        return offset
+
+    def fail(self, group: Group, reason: str):
+        raise CodegenError(f"group {group.index} ({group.name}): {reason}")
+
+    def instruction(self, group: Group) -> tuple[Instruction, dict[str, int]]:
+        """The instruction with DRAM locations still relative (resolved by the caller), and the
+        parameter-section offsets of its weights and parameter block."""
+        g = self.graph
+        x = g.tensors[group.input]
+        y = g.tensors[group.output]
+        f = dict(in_c=x.shape[0], in_h=x.shape[1], in_w=x.shape[2],
+                 in_zp=x.qtype.zero_point, in_signed=int(x.qtype.signed),
+                 out_c=y.shape[0], out_h=y.shape[1], out_w=y.shape[2],
+                 out_zp=y.qtype.zero_point, out_signed=int(y.qtype.signed),
+                 out_c_offset=group.channel_offset, reuse=Reuse.ROW)
+        post = np.zeros(1, layout.POST_RECORD)
+        arrays: dict[str, np.ndarray] = {}
+        weights = None
+        stage_in = x.qtype
+        for node, stage in zip(group.nodes, _stage_names(group)):
+            out_q = g.tensors[node.output].qtype
+            if stage in layout.STAGES:
+                k = layout.STAGES.index(stage)
+                post["zp"][0, k] = out_q.zero_point
+                post["signed"][0, k] = int(out_q.signed)
+            if node.op == "conv":
+                weights = self.conv_fields(group, node, stage_in, out_q, f, arrays)
+            elif node.op == "table":
+                f["act"] = Activation.TABLE
+                arrays["act_table"] = node.consts["table"].view(np.uint8)
+            elif node.op in ("add", "mul"):
+                b = g.tensors[node.inputs[1]]
+                f["eltwise"] = Eltwise.ADD if node.op == "add" else Eltwise.CHANNEL_SCALE
+                f["sc_zp"], f["sc_signed"] = b.qtype.zero_point, int(b.qtype.signed)
+                post["eltwise_mult"][0] = numeric.eltwise_multipliers(
+                    node.op, stage_in, b.qtype, out_q)
+            elif node.op in ("maxpool", "avgpool", "globalavgpool"):
+                self.pool_fields(group, node, f)
+                if node.op != "maxpool":
+                    post["pool_mult"][0] = numeric.pool_multiplier(node.op, stage_in, out_q)
+            elif node.op == "resize":
+                f["upsample"] = 1
+            else:
+                self.fail(group, f"node {node.name!r}: op {node.op} cannot join a group")
+            stage_in = out_q
+        stages = _stage_names(group)
+        if "act" in stages and "eltwise" in stages:
+            f["act_order"] = ActOrder.BEFORE_ELTWISE
+        f.setdefault("conv", ConvKind.NONE)
+        instr = Instruction(**f)
+        arrays["post"] = post
+        offsets = {}
+        if weights is not None:
+            offsets["weights"] = self.add_params(layout.pack_weights(weights, instr,
+                                                                     self.config))
+        offsets["params"] = self.add_params(layout.pack_params(instr, self.config, **arrays))
+        return instr, offsets
+
+    def conv_fields(self, group, node, x_q: QType, y_q: QType, f, arrays) -> np.ndarray:
+        w = node.consts["weight"]
+        depthwise = node.attrs["depthwise"]
+        f["conv"] = ConvKind.DEPTHWISE if depthwise else ConvKind.NORMAL
+        f["kh"], f["kw"] = w.shape[2], w.shape[3]
+        f["sh"], f["sw"] = node.attrs["stride"]
+        (f["pad_top"], f["pad_left"], f["pad_bottom"], f["pad_right"]) = node.attrs["pads"]
+        arrays["bias"] = node.consts["bias"]
+        arrays["multiplier"] = numeric.requant_multiplier(x_q.scale, node.consts["weight_scale"],
+                                                          y_q.scale)
+        arrays["weight_zp"] = node.consts["weight_zp"]
+        return w
+
+    def pool_fields(self, group, node, f):
+        if node.op == "globalavgpool":
+            f["pool"] = Pool.GLOBAL_AVG
+            return
+        (kh, kw), (sh, sw), pads = node.attrs["kernel"], node.attrs["stride"], node.attrs["pads"]
+        if kh != kw or sh != sw or len(set(pads)) != 1:
+            self.fail(group, f"pooling {kh}x{kw} stride {sh}x{sw} pads {pads}: the accelerator "
+                      "pools with square windows and equal padding on every side")
+        f["pool"] = Pool.MAX if node.op == "maxpool" else Pool.AVG
+        f["pool_size"], f["pool_stride"], f["pool_pad"] = kh, sh, pads[0]
+        if node.op == "avgpool":
+            f["pool_count_pad"] = node.attrs["count_include_pad"] if pads[0] else 0
+
+
+def generate(graph: Graph, groups: list[Group], config: HwConfig) -> Program:
+    """Emit one instruction per group and plan the DRAM image."""
+    b = _Builder(graph, config)
+    drafts = [b.instruction(gr) for gr in groups]
+
+    lanes = config.lanes
+    inputs, outputs = list(graph.inputs), list(graph.outputs)
+    scratch, scratch_bytes = {}, 0
+    for gr in groups:
+        name = gr.written
+        if name in outputs or name in scratch:
+            continue
+        scratch[name] = scratch_bytes
+        t = graph.tensors[name]
+        scratch_bytes = _align(scratch_bytes + layout.tensor_bytes(*t.shape, lanes),
+                               image.SECTION_ALIGN)
+    plan = image.plan(len(groups), len(b.params), [_tensor_desc(graph, n) for n in inputs],
+                      [_tensor_desc(graph, n) for n in outputs], scratch_bytes, lanes)
+
+    locations = {}
+    for i, name in enumerate(inputs):
+        locations[name] = isa.dram(plan.base(image.SectionKind.INPUT, i))
+    for i, name in enumerate(outputs):
+        locations[name] = isa.dram(plan.base(image.SectionKind.OUTPUT, i))
+    for name, offset in scratch.items():
+        locations[name] = isa.dram(plan.base(image.SectionKind.SCRATCH) + offset)
+
+    params_base = plan.base(image.SectionKind.PARAMS)
+    program = []
+    for n, (gr, (instr, offsets)) in enumerate(zip(groups, drafts)):
+        for name in (gr.input, gr.shortcut):
+            if name is not None and name not in locations:
+                b.fail(gr, f"reads {name!r}, which no earlier group writes")
+        changes = dict(input=locations[gr.input], output=locations[gr.written],
+                       params=isa.dram(params_base + offsets["params"]),
+                       last=int(n == len(groups) - 1))
+        if gr.shortcut is not None:
+            changes["shortcut"] = locations[gr.shortcut]
+        if "weights" in offsets:
+            changes["weights"] = isa.dram(params_base + offsets["weights"])
+        program.append(instr.replace(**changes))
+    for instr in program:
+        try:
+            isa.validate(instr)
+        except isa.InstructionError as e:
+            raise CodegenError(f"instruction {program.index(instr)}: {e}") from None
+    return Program(config, graph, list(groups), program, bytes(b.params), plan, inputs,
+                   outputs, locations)

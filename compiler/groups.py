@@ -1,0 +1,146 @@
+"""Fusion of IR nodes into accelerator groups (one instruction each).
+
+A group follows the hardware's post-processing order::
+
+    [conv] → [table] → [add | mul] → [table] → [pool] → [resize] → write (at a channel offset)
+
+Nodes are taken in topological order; a node joins the open group when it reads that group's
+current output, nobody else reads that output, and its stage comes later in the chain. Concat
+costs nothing when every part is written by a group straight into the destination at its
+channel offset (output redirection); a part that cannot be redirected is copied by a group of
+its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .ir import Graph, IRError, Node
+
+__all__ = ["Group", "fuse", "STAGE_ORDER"]
+
+#: Stage ranks in hardware order; a node may join a group only after its last stage.
+STAGE_ORDER = {"conv": 0, "table": 1, "eltwise": 2, "table_after": 3, "pool": 4, "resize": 5}
+_STAGE_OF = {"conv": "conv", "add": "eltwise", "mul": "eltwise", "maxpool": "pool",
+             "avgpool": "pool", "globalavgpool": "pool", "resize": "resize"}
+
+
+@dataclass(frozen=True)
+class Group:
+    """One instruction's worth of work."""
+    index: int
+    nodes: tuple[Node, ...]          # in hardware order
+    input: str                       # tensor the group streams in
+    output: str                      # tensor produced by the last node
+    shortcut: str | None = None      # second operand of add / mul
+    dest: str | None = None          # concat destination written at ``channel_offset``
+    channel_offset: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.nodes[0].name if self.nodes else f"copy:{self.output}"
+
+    def node(self, op: str) -> Node | None:
+        return next((n for n in self.nodes if n.op == op), None)
+
+    @property
+    def written(self) -> str:
+        """The tensor this group's instruction writes (the concat destination if any)."""
+        return self.dest or self.output
+
+
+@dataclass
+class _Open:
+    nodes: list = field(default_factory=list)
+    input: str = ""
+    output: str = ""
+    stages: list = field(default_factory=list)
+    shortcut: str | None = None
+
+
+def _stage(node: Node, open_: _Open) -> str:
+    if node.op == "table":
+        return "table_after" if "eltwise" in open_.stages else "table"
+    return _STAGE_OF[node.op]
+
+
+def fuse(graph: Graph) -> list[Group]:
+    """Group the graph's nodes; raises IRError if a node cannot be placed."""
+    producer_group: dict[str, int] = {name: -1 for name in graph.inputs}
+    readers = {name: len(graph.consumers(name)) for name in graph.tensors}
+    for name in graph.outputs:
+        readers[name] = readers.get(name, 0) + 1
+    closed: list[_Open] = []
+    current: _Open | None = None
+
+    def close():
+        nonlocal current
+        if current is not None:
+            closed.append(current)
+            for n in current.nodes:
+                producer_group[n.output] = len(closed) - 1
+        current = None
+
+    concats = [n for n in graph.nodes if n.op == "concat"]
+    for node in graph.nodes:
+        if node.op == "concat":
+            continue  # resolved after fusion
+        stage = _stage(node, current) if current else None
+        joins = (current is not None and node.op != "conv"
+                 and node.inputs[0] == current.output and readers[current.output] == 1
+                 and STAGE_ORDER[stage] > max(STAGE_ORDER[s] for s in current.stages))
+        if joins and node.op == "table":
+            joins = not any(s.startswith("table") for s in current.stages)  # one table each
+        if joins and node.op in ("add", "mul"):
+            # The second operand must exist before this group starts.
+            joins = producer_group.get(node.inputs[1], len(closed)) < len(closed)
+        if not joins:
+            close()
+            current = _Open(input=node.inputs[0])
+            stage = _stage(node, current)
+        current.nodes.append(node)
+        current.stages.append(stage)
+        current.output = node.output
+        if node.op in ("add", "mul"):
+            current.shortcut = node.inputs[1]
+    close()
+
+    groups = [Group(i, tuple(g.nodes), g.input, g.output, g.shortcut)
+              for i, g in enumerate(closed)]
+    return _redirect_concats(graph, groups, concats)
+
+
+def _redirect_concats(graph: Graph, groups: list[Group], concats: list[Node]) -> list[Group]:
+    """Point each concat part's producing group at the destination; copy the rest."""
+    by_output = {g.output: g for g in groups}
+    result = list(groups)
+    copies: dict[int, list[Group]] = {}   # insert copies after the group that makes the part
+    for concat in concats:
+        dest = graph.tensors[concat.output]
+        offset = 0
+        for part in concat.inputs:
+            t = graph.tensors[part]
+            owner = by_output.get(part)
+            sole_reader = len(graph.consumers(part)) == 1 and part not in graph.outputs
+            if owner is not None and sole_reader and owner.dest is None \
+                    and t.qtype == dest.qtype:
+                redirected = Group(owner.index, owner.nodes, owner.input, owner.output,
+                                   owner.shortcut, dest=concat.output, channel_offset=offset)
+                result[owner.index] = redirected
+                by_output[part] = redirected
+            else:
+                if t.qtype != dest.qtype:
+                    raise IRError(f"concat {concat.name!r}: part {part!r} is quantised "
+                                  f"differently from the result ({t.qtype} vs {dest.qtype}); "
+                                  "requantising copies are not supported yet")
+                after = owner.index if owner is not None else -1
+                copies.setdefault(after, []).append(
+                    Group(-1, (), part, part, dest=concat.output, channel_offset=offset))
+            offset += t.channels
+    # Rebuild the order: every copy right after the group producing its part.
+    ordered = copies.get(-1, [])
+    for g in result:
+        ordered.append(g)
+        ordered += copies.get(g.index, [])
+    return [Group(i, g.nodes, g.input, g.output, g.shortcut, g.dest, g.channel_offset)
+            for i, g in enumerate(ordered)]

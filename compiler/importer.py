@@ -1,0 +1,553 @@
+"""ONNX QDQ model → IR.
+
+The input is an int8 QDQ model as written by ``onnxruntime.quantization.quantize_static``: every
+float operator sits between ``DequantizeLinear`` nodes (its activation inputs and its constant
+weights) and one ``QuantizeLinear`` (its output). Each such operator becomes one IR node that
+maps 8-bit tensors to an 8-bit tensor. What is not quantised — the ``QuantizeLinear`` of the
+graph inputs, and whatever follows the last quantised tensors (``DequantizeLinear``, Softmax,
+…) — stays on the host as ONNX sub-graphs run by onnxruntime (:class:`HostPlan`).
+
+Malformed or unsupported input raises :class:`ModelError` naming the ONNX node, its op type and
+what sfnpu supports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper, shape_inference
+
+from .ir import Graph, Node, QType, Tensor, check
+
+__all__ = ["ModelError", "HostPlan", "Imported", "load_model", "import_model",
+           "SUPPORTED_OPS"]
+
+#: ONNX operators the accelerator executes (between QuantizeLinear/DequantizeLinear).
+SUPPORTED_OPS = {
+    "Conv": "normal and depthwise, kernel ≤ 7, stride 1/2, any padding, dilation 1",
+    "Gemm": "constant weights (runs as a 1x1 or HxW convolution)",
+    "MatMul": "constant second operand (runs as a 1x1 convolution)",
+    "MaxPool": "kernel 2/3, stride 1/2",
+    "AveragePool": "kernel 2/3, stride 1/2",
+    "GlobalAveragePool": "",
+    "Add": "two feature maps of the same shape",
+    "Mul": "a feature map times a per-channel vector (squeeze-and-excitation)",
+    "Concat": "along channels",
+    "Resize": "nearest, scale 2",
+    "Upsample": "nearest, scale 2",
+    "Relu": "", "Clip": "", "LeakyRelu": "", "HardSigmoid": "", "HardSwish": "",
+    "Sigmoid": "", "Tanh": "",
+}
+_UNARY = {"Relu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh"}
+_ALIASES = {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity"}
+
+
+class ModelError(ValueError):
+    """An ONNX model sfnpu cannot import; the message names the node and what to do."""
+
+
+def _where(node: onnx.NodeProto) -> str:
+    name = node.name or f"→{node.output[0]}" if node.output else node.name
+    return f"ONNX node {name!r} ({node.op_type})"
+
+
+def load_model(src) -> onnx.ModelProto:
+    """Read a model from a path (external data only from the model's own folder) or take a
+    ModelProto as is."""
+    if isinstance(src, onnx.ModelProto):
+        return src
+    path = Path(src)
+    if not path.is_file():
+        raise ModelError(f"{path}: no such model file")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as e:  # protobuf raises several unrelated types
+        raise ModelError(f"{path}: not a readable ONNX model ({e})") from None
+    folder = path.resolve().parent
+    for tensor in onnx.external_data_helper._get_all_tensors(model):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        target = (folder / location).resolve()
+        if folder not in target.parents:
+            raise ModelError(f"{path}: tensor {tensor.name!r} refers to external data "
+                             f"{location!r} outside the model's folder; refusing to read it")
+    onnx.load_external_data_for_model(model, str(folder))
+    return model
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """The parts of the model that run on the host with onnxruntime."""
+    prologue: onnx.ModelProto     # graph inputs → quantised accelerator inputs
+    epilogue: onnx.ModelProto     # quantised accelerator outputs → graph outputs
+    epilogue_ops: tuple[str, ...]  # op types the host runs after the accelerator
+    #: epilogue input name → (IR tensor it receives, ONNX shape to give it)
+    epilogue_feeds: dict
+
+
+@dataclass(frozen=True)
+class Imported:
+    graph: Graph
+    host: HostPlan
+    onnx_nodes: int               # nodes of the source model (for the node → group count)
+
+
+class _Model:
+    """Index of one ONNX graph: constants, producers, consumers, quantisation parameters."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        g = model.graph
+        self.consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+        for node in g.node:
+            if node.op_type == "Constant":
+                attr = {a.name: a for a in node.attribute}
+                if "value" not in attr:
+                    raise ModelError(f"{_where(node)}: only tensor-valued Constant nodes are "
+                                     "supported")
+                self.consts[node.output[0]] = numpy_helper.to_array(attr["value"].t)
+        self.producer = {o: n for n in g.node for o in n.output}
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        for n in g.node:
+            for i in n.input:
+                self.consumers.setdefault(i, []).append(n)
+        self.shapes = {}
+        for vi in [*g.input, *g.value_info, *g.output]:
+            dims = vi.type.tensor_type.shape.dim
+            if all(d.HasField("dim_value") for d in dims):
+                self.shapes[vi.name] = tuple(d.dim_value for d in dims)
+
+    def const(self, name: str, node: onnx.NodeProto, what: str) -> np.ndarray:
+        if name not in self.consts:
+            raise ModelError(f"{_where(node)}: {what} {name!r} must be a constant "
+                             "(initializer or Constant node)")
+        return self.consts[name]
+
+    def qparams(self, node: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray, int]:
+        """scale, zero point and axis of a QuantizeLinear/DequantizeLinear node."""
+        scale = self.const(node.input[1], node, "scale").astype(np.float32)
+        if len(node.input) > 2 and node.input[2]:
+            zp = self.const(node.input[2], node, "zero point")
+        else:
+            zp = np.zeros((), np.uint8)
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+        return scale, zp, axis
+
+
+def _attr(node: onnx.NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def _chw(shape: tuple[int, ...], node: onnx.NodeProto, name: str) -> tuple[int, int, int]:
+    if shape is None:
+        raise ModelError(f"{_where(node)}: shape of {name!r} is unknown after shape inference; "
+                         "give the model static input shapes")
+    if shape[0] != 1:
+        raise ModelError(f"{_where(node)}: batch size {shape[0]} of {name!r}; sfnpu runs "
+                         "batch 1")
+    rest = shape[1:]
+    if len(rest) == 3:
+        return tuple(rest)
+    if len(rest) == 1:
+        return (rest[0], 1, 1)
+    raise ModelError(f"{_where(node)}: tensor {name!r} of shape {shape} is neither NCHW nor "
+                     "(N, C)")
+
+
+def _pads(node: onnx.NodeProto, in_hw, kernel, stride) -> tuple[int, int, int, int]:
+    auto = _attr(node, "auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto in ("NOTSET", ""):
+        p = list(_attr(node, "pads", [0, 0, 0, 0]))
+        return (p[0], p[1], p[2], p[3])
+    if auto == "VALID":
+        return (0, 0, 0, 0)
+    pads = []
+    for size, k, s in zip(in_hw, kernel, stride):
+        out = -(-size // s)
+        total = max((out - 1) * s + k - size, 0)
+        small, big = total // 2, total - total // 2
+        pads.append((small, big) if auto == "SAME_UPPER" else (big, small))
+    return (pads[0][0], pads[1][0], pads[0][1], pads[1][1])
+
+
+def import_model(src) -> Imported:
+    """Import an int8 QDQ model (a path or ModelProto) into the IR."""
+    model = load_model(src)
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        raise ModelError(f"the model is not valid ONNX: {str(e).splitlines()[0]}") from None
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if not 11 <= opset <= 21:
+        raise ModelError(f"ONNX opset {opset}; sfnpu supports opsets 11 to 21")
+    try:
+        model = shape_inference.infer_shapes(model, strict_mode=True)
+    except Exception as e:
+        raise ModelError(f"shape inference failed: {str(e).splitlines()[0]}") from None
+    return _Importer(_Model(model)).run()
+
+
+class _Importer:
+    def __init__(self, m: _Model):
+        self.m = m
+        self.tensors: dict[str, Tensor] = {}
+        self.nodes: list[Node] = []
+        self.alias: dict[str, str] = {}        # quantised tensor → the IR tensor it equals
+        self.deq: dict[str, str] = {}          # float name → quantised tensor it dequantises
+        self.accelerated: set[int] = set()     # id() of ONNX nodes consumed into the IR
+        self.inputs: list[str] = []
+
+    # -- quantised tensors -------------------------------------------------------------------
+
+    def qtensor_of(self, float_name: str, node: onnx.NodeProto) -> str:
+        """The IR tensor behind a float activation input of ``node``."""
+        if float_name in self.deq:
+            return self.alias.get(self.deq[float_name], self.deq[float_name])
+        raise ModelError(f"{_where(node)}: input {float_name!r} is not dequantised from an "
+                         "8-bit tensor; sfnpu needs an int8 QDQ model (quantise the float "
+                         "model with `sfnpu compile --calib`)")
+
+    def quantised_output(self, node: onnx.NodeProto) -> tuple[str, QType] | None:
+        """The QuantizeLinear that follows ``node``'s output, if every consumer is one."""
+        out = node.output[0]
+        users = self.m.consumers.get(out, [])
+        if not users or any(u.op_type != "QuantizeLinear" for u in users):
+            return None
+        q = users[0]
+        scale, zp, _ = self.m.qparams(q)
+        if scale.size != 1:
+            raise ModelError(f"{_where(q)}: per-channel activation quantisation is not "
+                             "supported")
+        qtype = QType(float(scale.reshape(-1)[0]), int(zp.reshape(-1)[0]),
+                      zp.dtype == np.int8)
+        for other in users[1:]:
+            self.alias[other.output[0]] = q.output[0]
+        self.accelerated.update(id(u) for u in users)
+        return q.output[0], qtype
+
+    def add_tensor(self, name: str, shape, qtype: QType):
+        self.tensors[name] = Tensor(name, tuple(shape), qtype)
+
+    # -- walk --------------------------------------------------------------------------------
+
+    def run(self) -> Imported:
+        g = self.m.model.graph
+        graph_inputs = {i.name for i in g.input} - set(self.m.consts)
+        for node in g.node:
+            if node.op_type == "Constant":
+                continue
+            if node.op_type == "QuantizeLinear":
+                if node.input[0] in graph_inputs:
+                    self.quantise_graph_input(node)
+                continue
+            if node.op_type == "DequantizeLinear":
+                src = node.input[0]
+                src = self.alias.get(src, src)
+                if src in self.tensors:
+                    self.deq[node.output[0]] = src
+                continue
+            self.compute_node(node)
+        self.claim_dequantizers()
+        outputs = self.graph_outputs()
+        graph = check(Graph(self.tensors, self.nodes, self.inputs, outputs))
+        host = self.host_plan(outputs)
+        return Imported(graph, host, len(g.node))
+
+    def quantise_graph_input(self, q: onnx.NodeProto):
+        scale, zp, _ = self.m.qparams(q)
+        shape = _chw(self.m.shapes.get(q.input[0]), q, q.input[0])
+        self.add_tensor(q.output[0], shape,
+                        QType(float(scale.reshape(-1)[0]), int(zp.reshape(-1)[0]),
+                              zp.dtype == np.int8))
+        self.inputs.append(q.output[0])
+
+    def compute_node(self, node: onnx.NodeProto):
+        activation_inputs = [i for i in node.input if i and i not in self.m.consts
+                             and not self.is_const_dq(i)]
+        if not activation_inputs or not all(i in self.deq for i in activation_inputs):
+            return  # host side (before the accelerator or after it)
+        quantised = self.quantised_output(node)
+        if quantised is None:
+            return  # its output leaves the quantised domain: host epilogue
+        out, qtype = quantised
+        op = node.op_type
+        self.accelerated.add(id(node))
+        if op in _ALIASES:
+            self.alias_node(node, out, qtype)
+        elif op in ("Conv", "Gemm", "MatMul"):
+            self.conv_node(node, out, qtype)
+        elif op in ("MaxPool", "AveragePool", "GlobalAveragePool"):
+            self.pool_node(node, out, qtype)
+        elif op in ("Add", "Mul"):
+            self.binary_node(node, out, qtype)
+        elif op == "Concat":
+            self.concat_node(node, out, qtype)
+        elif op in ("Resize", "Upsample"):
+            self.resize_node(node, out, qtype)
+        elif op in _UNARY:
+            self.unary_node(node, out, qtype)
+        elif op == "BatchNormalization":
+            raise ModelError(f"{_where(node)}: BatchNormalization inside the quantised graph; "
+                             "fold it into the preceding convolution before quantising (sfnpu "
+                             "compile does this when it quantises a float model)")
+        else:
+            supported = ", ".join(sorted(SUPPORTED_OPS))
+            raise ModelError(f"{_where(node)}: operator not supported on the accelerator "
+                             f"inside the quantised graph; supported: {supported}")
+
+    def is_const_dq(self, name: str) -> bool:
+        p = self.m.producer.get(name)
+        return p is not None and p.op_type == "DequantizeLinear" and p.input[0] in self.m.consts
+
+    def const_dq(self, name: str, node: onnx.NodeProto, what: str):
+        """(integer values, scale, zero point, axis) of a dequantised constant input."""
+        p = self.m.producer.get(name)
+        if p is None or p.op_type != "DequantizeLinear" or p.input[0] not in self.m.consts:
+            raise ModelError(f"{_where(node)}: {what} {name!r} must be a dequantised constant "
+                             "(QDQ weights)")
+        self.accelerated.add(id(p))
+        scale, zp, axis = self.m.qparams(p)
+        return self.m.consts[p.input[0]], scale, zp, axis
+
+    def input_tensor(self, node: onnx.NodeProto, index: int = 0) -> Tensor:
+        return self.tensors[self.qtensor_of(node.input[index], node)]
+
+    # -- operators ---------------------------------------------------------------------------
+
+    def alias_node(self, node, out, qtype):
+        src = self.input_tensor(node)
+        if qtype != src.qtype:
+            raise ModelError(f"{_where(node)}: a reshape that also requantises "
+                             f"({src.qtype} → {qtype}) is not supported")
+        self.alias[out] = src.name
+
+    def conv_node(self, node, out, qtype):
+        x = self.input_tensor(node)
+        c, h, w = x.shape
+        if node.op_type == "Conv":
+            weight, w_scale, w_zp, axis = self.const_dq(node.input[1], node, "weight")
+            group = _attr(node, "group", 1)
+            if any(d != 1 for d in _attr(node, "dilations", [1, 1])):
+                raise ModelError(f"{_where(node)}: dilation {_attr(node, 'dilations')} is not "
+                                 "supported (dilation 1 only)")
+            kh, kw = weight.shape[2:]
+            stride = tuple(_attr(node, "strides", [1, 1]))
+            pads = _pads(node, (h, w), (kh, kw), stride)
+            if group == 1:
+                depthwise = False
+            elif group == c and weight.shape[0] == c and weight.shape[1] == 1:
+                depthwise = True
+            else:
+                raise ModelError(f"{_where(node)}: grouped convolution (group={group}) is not "
+                                 "supported; normal (group=1) and depthwise (group=C) are")
+            bias_name = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        else:
+            weight, w_scale, w_zp, axis = self.const_dq(node.input[1], node, "weight")
+            trans_b = _attr(node, "transB", 0) if node.op_type == "Gemm" else 0
+            if node.op_type == "Gemm" and (_attr(node, "transA", 0) or
+                                           _attr(node, "alpha", 1.0) != 1.0 or
+                                           _attr(node, "beta", 1.0) != 1.0):
+                raise ModelError(f"{_where(node)}: Gemm with transA, alpha or beta ≠ 1 is not "
+                                 "supported")
+            if not trans_b:
+                weight = weight.T
+                axis = 0 if axis == 1 else 1
+            # A fully connected layer on a flattened C×H×W map is an H×W convolution.
+            weight = weight.reshape(weight.shape[0], c, h, w)
+            kh, kw, stride, pads, depthwise = h, w, (1, 1), (0, 0, 0, 0), False
+            bias_name = node.input[2] if node.op_type == "Gemm" and len(node.input) > 2 else None
+        if weight.dtype != np.int8:
+            raise ModelError(f"{_where(node)}: weights are {weight.dtype}; sfnpu needs int8 "
+                             "weights")
+        o = weight.shape[0]
+        w_scale = np.broadcast_to(w_scale.reshape(-1), (o,)).astype(np.float32)
+        w_zp = np.broadcast_to(w_zp.reshape(-1), (o,)).astype(np.int8)
+        if w_scale.size != o or (np.size(w_scale) > 1 and axis not in (0, -4)):
+            raise ModelError(f"{_where(node)}: weight quantisation axis {axis}; per output "
+                             "channel (axis 0) or per tensor is supported")
+        if bias_name:
+            bias, b_scale, b_zp, _ = self.const_dq(bias_name, node, "bias")
+            if bias.dtype != np.int32 or np.any(b_zp != 0):
+                raise ModelError(f"{_where(node)}: bias must be int32 with zero point 0")
+            expected = (np.float32(x.qtype.scale) * w_scale).astype(np.float32)
+            if not np.allclose(np.broadcast_to(b_scale.reshape(-1), (o,)), expected,
+                               rtol=1e-6, atol=0):
+                raise ModelError(f"{_where(node)}: bias scale is not input scale × weight "
+                                 "scale; requantise the bias")
+            bias = np.broadcast_to(bias.reshape(-1), (o,)).astype(np.int32)
+        else:
+            bias = np.zeros(o, np.int32)
+        if kh > 7 or kw > 7:
+            raise ModelError(f"{_where(node)}: kernel {kh}x{kw} is larger than 7x7")
+        if any(s not in (1, 2) for s in stride):
+            raise ModelError(f"{_where(node)}: stride {stride}; 1 and 2 are supported")
+        oh = (h + pads[0] + pads[2] - kh) // stride[0] + 1
+        ow = (w + pads[1] + pads[3] - kw) // stride[1] + 1
+        self.add_tensor(out, (o, oh, ow), qtype)
+        self.nodes.append(Node(node.name, "conv", (x.name,), out,
+                               attrs=dict(stride=stride, pads=pads, depthwise=depthwise),
+                               consts=dict(weight=np.ascontiguousarray(weight),
+                                           weight_scale=w_scale, weight_zp=w_zp, bias=bias)))
+
+    def pool_node(self, node, out, qtype):
+        x = self.input_tensor(node)
+        c, h, w = x.shape
+        if node.op_type == "GlobalAveragePool":
+            self.add_tensor(out, (c, 1, 1), qtype)
+            self.nodes.append(Node(node.name, "globalavgpool", (x.name,), out))
+            return
+        kernel = tuple(_attr(node, "kernel_shape"))
+        stride = tuple(_attr(node, "strides", [1, 1]))
+        pads = _pads(node, (h, w), kernel, stride)
+        ceil = _attr(node, "ceil_mode", 0)
+        if any(d != 1 for d in _attr(node, "dilations", [1, 1])):
+            raise ModelError(f"{_where(node)}: pooling dilation is not supported")
+
+        def size(n, pa, pb, k, s):
+            span = n + pa + pb - k
+            return (-(-span // s) if ceil else span // s) + 1
+        oh = size(h, pads[0], pads[2], kernel[0], stride[0])
+        ow = size(w, pads[1], pads[3], kernel[1], stride[1])
+        attrs = dict(kernel=kernel, stride=stride, pads=pads)
+        if node.op_type == "MaxPool":
+            if qtype != x.qtype:
+                raise ModelError(f"{_where(node)}: MaxPool changes the quantisation "
+                                 f"({x.qtype} → {qtype}); sfnpu expects it unchanged")
+            op = "maxpool"
+        else:
+            op = "avgpool"
+            attrs["count_include_pad"] = int(_attr(node, "count_include_pad", 0))
+        self.add_tensor(out, (c, oh, ow), qtype)
+        self.nodes.append(Node(node.name, op, (x.name,), out, attrs=attrs))
+
+    def binary_node(self, node, out, qtype):
+        a, b = self.input_tensor(node, 0), self.input_tensor(node, 1)
+        if node.op_type == "Add":
+            if a.shape != b.shape:
+                raise ModelError(f"{_where(node)}: Add of shapes {a.shape} and {b.shape}; "
+                                 "sfnpu adds feature maps of the same shape")
+            shape, op = a.shape, "add"
+        else:
+            if b.shape[1:] != (1, 1) and a.shape[1:] == (1, 1):
+                a, b = b, a
+            if b.shape != (a.shape[0], 1, 1):
+                raise ModelError(f"{_where(node)}: Mul of shapes {a.shape} and {b.shape}; "
+                                 "sfnpu multiplies a feature map by a per-channel vector")
+            shape, op = a.shape, "mul"
+        self.add_tensor(out, shape, qtype)
+        self.nodes.append(Node(node.name, op, (a.name, b.name), out))
+
+    def concat_node(self, node, out, qtype):
+        parts = [self.input_tensor(node, i) for i in range(len(node.input))]
+        axis = _attr(node, "axis")
+        if axis not in (1, -3):
+            raise ModelError(f"{_where(node)}: Concat along axis {axis}; channels (1) only")
+        hw = {p.shape[1:] for p in parts}
+        if len(hw) != 1:
+            raise ModelError(f"{_where(node)}: Concat of different spatial sizes {hw}")
+        self.add_tensor(out, (sum(p.shape[0] for p in parts), *hw.pop()), qtype)
+        self.nodes.append(Node(node.name, "concat", tuple(p.name for p in parts), out))
+
+    def resize_node(self, node, out, qtype):
+        x = self.input_tensor(node)
+        mode = _attr(node, "mode", b"nearest")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        out_shape = self.m.shapes.get(node.output[0])
+        c, h, w = x.shape
+        if mode != "nearest" or out_shape is None or tuple(out_shape[1:]) != (c, 2 * h, 2 * w):
+            raise ModelError(f"{_where(node)}: only nearest-neighbour 2x upsampling is "
+                             f"supported (mode {mode!r}, output {out_shape})")
+        if qtype != x.qtype:
+            raise ModelError(f"{_where(node)}: Resize changes the quantisation")
+        self.add_tensor(out, (c, 2 * h, 2 * w), qtype)
+        self.nodes.append(Node(node.name, "resize", (x.name,), out, attrs=dict(scale=2)))
+
+    def unary_node(self, node, out, qtype):
+        from sfnpu import numeric
+
+        x = self.input_tensor(node)
+        table = numeric.unary_table(node, self.m.consts, x.qtype, qtype)
+        self.add_tensor(out, x.shape, qtype)
+        self.nodes.append(Node(node.name, "table", (x.name,), out,
+                               consts=dict(table=table)))
+
+    # -- outputs and host parts --------------------------------------------------------------
+
+    def claim_dequantizers(self):
+        """A DequantizeLinear of a quantised tensor runs on the accelerator (as nothing) when
+        only accelerated nodes read it; otherwise the host needs it."""
+        graph_outputs = {o.name for o in self.m.model.graph.output}
+        for node in self.m.model.graph.node:
+            if node.op_type == "DequantizeLinear" and node.output[0] in self.deq:
+                users = self.m.consumers.get(node.output[0], [])
+                if users and node.output[0] not in graph_outputs and \
+                        all(id(u) in self.accelerated for u in users):
+                    self.accelerated.add(id(node))
+
+    def graph_outputs(self) -> list[str]:
+        """Quantised tensors read by anything outside the accelerator."""
+        outs = []
+        for node in self.m.model.graph.node:
+            if id(node) in self.accelerated or node.op_type == "Constant":
+                continue
+            for name in node.input:
+                name = self.alias.get(name, name)
+                if name in self.tensors and name not in outs and name not in self.inputs:
+                    outs.append(name)
+        if not outs:
+            raise ModelError("no quantised tensor reaches the model outputs: nothing for the "
+                             "accelerator to compute")
+        return outs
+
+    def host_plan(self, outputs: list[str]) -> HostPlan:
+        g = self.m.model.graph
+        model = self.m.model
+        q_inputs = [n for n in g.node if n.op_type == "QuantizeLinear"
+                    and n.output[0] in self.inputs]
+        accelerated = self.accelerated | {id(n) for n in q_inputs}
+        rest = [n for n in g.node if id(n) not in accelerated]
+
+        def value_info(name):
+            t = self.tensors[name]
+            return onnx.helper.make_tensor_value_info(
+                name, onnx.TensorProto.INT8 if t.qtype.signed else onnx.TensorProto.UINT8,
+                None)
+
+        def submodel(nodes, inputs, outputs, tag):
+            needed = {i for n in nodes for i in n.input}
+            inits = [t for t in g.initializer if t.name in needed]
+            graph = onnx.helper.make_graph(list(nodes), f"{g.name}_{tag}", inputs, outputs,
+                                           inits)
+            sub = onnx.helper.make_model(graph, opset_imports=model.opset_import)
+            sub.ir_version = model.ir_version
+            return sub
+
+        # The epilogue reads accelerator outputs under the ONNX names (and shapes) its nodes
+        # use; several names may carry one IR tensor (reshapes are aliases).
+        epilogue_nodes = [n for n in rest if not (n.op_type == "Constant" and all(
+            id(u) in accelerated for u in self.m.consumers.get(n.output[0], [])))]
+        feeds = {}
+        for n in epilogue_nodes:
+            for i in n.input:
+                ir_name = self.alias.get(i, i)
+                if ir_name in outputs and i not in feeds:
+                    feeds[i] = (ir_name, self.m.shapes.get(i))
+        patched = epilogue_nodes
+        prologue = submodel(q_inputs, [i for i in g.input if i.name not in self.m.consts],
+                            [value_info(n) for n in self.inputs], "prologue")
+        epilogue_inputs = []
+        for name, (ir_name, _) in feeds.items():
+            vi = value_info(ir_name)
+            vi.name = name
+            epilogue_inputs.append(vi)
+        epilogue = submodel(patched, epilogue_inputs, list(g.output), "epilogue")
+        ops = tuple(n.op_type for n in patched if n.op_type != "Constant")
+        return HostPlan(prologue, epilogue, ops, feeds)

@@ -1,0 +1,140 @@
+"""The compiler's intermediate representation: a quantised dataflow graph.
+
+Every tensor is an 8-bit feature map ``(C, H, W)`` (batch 1) with one :class:`QType`. Every node
+is one quantised operator in onnxruntime's sense — its inputs are dequantised, it computes, and
+its output is quantised again — so the IR carries exactly the information the numeric contract
+(:mod:`sfnpu.numeric`) needs. Nodes and graphs are frozen; passes build new ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = ["QType", "Tensor", "Node", "Graph", "IRError", "OPS", "check"]
+
+
+class IRError(ValueError):
+    """A graph that breaks an IR invariant; names the node or tensor."""
+
+
+@dataclass(frozen=True)
+class QType:
+    """Quantisation of an 8-bit tensor: ``real = scale · (q − zero_point)``."""
+    scale: float          # a float32 value
+    zero_point: int
+    signed: bool
+
+    def __post_init__(self):
+        object.__setattr__(self, "scale", float(np.float32(self.scale)))
+        lo, hi = self.range
+        if not lo <= self.zero_point <= hi:
+            raise IRError(f"zero point {self.zero_point} outside {lo}..{hi}")
+        if not self.scale > 0:
+            raise IRError(f"scale {self.scale} must be positive")
+
+    @property
+    def range(self) -> tuple[int, int]:
+        return (-128, 127) if self.signed else (0, 255)
+
+    @property
+    def dtype(self):
+        return np.int8 if self.signed else np.uint8
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    shape: tuple[int, int, int]       # (C, H, W)
+    qtype: QType
+
+    @property
+    def channels(self) -> int:
+        return self.shape[0]
+
+
+def _freeze(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping or {}))
+
+
+#: Operators of the IR and the attributes and constants each carries.
+#:   conv         attrs: stride (sh, sw), pads (t, l, b, r), depthwise (bool)
+#:                consts: weight int8 (O, I, kh, kw), weight_scale f32 (O,),
+#:                        weight_zp int8 (O,), bias int32 (O,)
+#:   maxpool      attrs: kernel, stride, pads (t, l, b, r)          (output qtype = input)
+#:   avgpool      attrs: kernel, stride, pads, count_include_pad
+#:   globalavgpool
+#:   add, mul     two inputs; mul's second input is a (C, 1, 1) channel vector
+#:   concat       n inputs along channels
+#:   resize       attrs: scale (2)                                   (nearest)
+#:   table        consts: table uint8/int8 (256,) — an exact 8-bit → 8-bit unary op
+OPS = ("conv", "maxpool", "avgpool", "globalavgpool", "add", "mul", "concat", "resize", "table")
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str                 # the ONNX node it came from (for messages)
+    op: str
+    inputs: tuple[str, ...]
+    output: str
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    consts: Mapping[str, np.ndarray] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "attrs", _freeze(self.attrs))
+        object.__setattr__(self, "consts", _freeze(self.consts))
+
+    def replace(self, **changes) -> "Node":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Graph:
+    tensors: Mapping[str, Tensor]
+    nodes: tuple[Node, ...]           # topological order
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "tensors", _freeze(self.tensors))
+        object.__setattr__(self, "nodes", tuple(self.nodes))
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "outputs", tuple(self.outputs))
+
+    def producer(self, tensor: str) -> Node | None:
+        return next((n for n in self.nodes if n.output == tensor), None)
+
+    def consumers(self, tensor: str) -> list[Node]:
+        return [n for n in self.nodes if tensor in n.inputs]
+
+    def replace(self, **changes) -> "Graph":
+        return replace(self, **changes)
+
+
+def check(graph: Graph) -> Graph:
+    """Verify the invariants every pass must keep; returns the graph for chaining."""
+    defined = set(graph.inputs)
+    for name in graph.inputs:
+        if name not in graph.tensors:
+            raise IRError(f"graph input {name!r} has no tensor")
+    for node in graph.nodes:
+        if node.op not in OPS:
+            raise IRError(f"node {node.name!r}: unknown IR op {node.op!r}")
+        for name in node.inputs:
+            if name not in defined:
+                raise IRError(f"node {node.name!r} ({node.op}) reads {name!r} before it is "
+                              "produced")
+        if node.output in defined:
+            raise IRError(f"node {node.name!r} ({node.op}) writes {node.output!r} again")
+        if node.output not in graph.tensors:
+            raise IRError(f"node {node.name!r} ({node.op}) output {node.output!r} has no "
+                          "tensor")
+        defined.add(node.output)
+    for name in graph.outputs:
+        if name not in defined:
+            raise IRError(f"graph output {name!r} is never produced")
+    return graph

@@ -1,0 +1,99 @@
+"""The compile pipeline: QDQ ONNX → IR → groups → program, and running a compiled model.
+
+A compiled model runs in three parts: the host prologue (onnxruntime: quantise the inputs),
+the accelerator program (the golden model today; the RTL later), and the host epilogue
+(onnxruntime: dequantise, Softmax, …). The outputs are what onnxruntime returns for the whole
+QDQ model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from sfnpu.config import HwConfig
+
+from .codegen import Program, generate
+from .groups import Group, fuse
+from .importer import Imported, import_model
+
+__all__ = ["Compiled", "compile_model", "run_onnxruntime", "is_quantised", "ensure_qdq"]
+
+
+def _session(model: onnx.ModelProto) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+def run_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict:
+    """The reference: onnxruntime's CPU execution with default optimisation."""
+    session = _session(model)
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, dict(feeds))))
+
+
+@dataclass
+class Compiled:
+    imported: Imported
+    groups: list[Group]
+    program: Program
+
+    @property
+    def graph(self):
+        return self.imported.graph
+
+    def quantise_inputs(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Host prologue: float graph inputs → 8-bit ``(C, H, W)`` accelerator inputs."""
+        q = run_onnxruntime(self.imported.host.prologue, feeds)
+        return [q[name][0] if q[name].ndim == 4 else q[name].reshape(-1, 1, 1)
+                for name in self.program.inputs]
+
+    def finish(self, outputs: list[np.ndarray]) -> dict:
+        """Host epilogue: accelerator outputs → the model's outputs."""
+        by_name = dict(zip(self.program.outputs, outputs))
+        feeds = {name: by_name[ir_name][None].reshape(shape)
+                 for name, (ir_name, shape) in self.imported.host.epilogue_feeds.items()}
+        return run_onnxruntime(self.imported.host.epilogue, feeds)
+
+    def run(self, feeds: Mapping[str, np.ndarray],
+            accelerator: Callable[[bytes], list[np.ndarray]]) -> dict:
+        """Run the whole model with ``accelerator`` (image bytes → output arrays)."""
+        blob = self.program.pack(self.quantise_inputs(feeds))
+        return self.finish(accelerator(blob))
+
+
+def is_quantised(model: onnx.ModelProto) -> bool:
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
+
+
+def ensure_qdq(src, workdir, calibration=None, activation_signed: bool = False):
+    """A QDQ model path for ``src``: itself when already quantised, otherwise quantised with
+    onnxruntime from ``calibration`` (a CalibrationSource; synthetic data when None).
+    Returns (path, notes for the report)."""
+    from pathlib import Path
+
+    from .importer import load_model
+    from .quantize import CalibrationSource, quantize_model
+
+    model = load_model(src)
+    if is_quantised(model):
+        return Path(src), ["input model is already int8 QDQ"]
+    if calibration is None:
+        calibration = CalibrationSource.synthetic()
+    out = Path(workdir) / (Path(str(src)).stem + ".qdq.onnx")
+    result = quantize_model(model, out, calibration, activation_signed=activation_signed)
+    notes = [f"quantised with onnxruntime from {result.calibration_label} "
+             f"({result.n_samples} samples{', SYNTHETIC' if result.synthetic else ''})"]
+    return out, notes
+
+
+def compile_model(src, config: HwConfig) -> Compiled:
+    imported = import_model(src)
+    groups = fuse(imported.graph)
+    return Compiled(imported, groups, generate(imported.graph, groups, config))

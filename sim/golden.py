@@ -1,0 +1,150 @@
+"""The golden model: executes a DRAM image group by group with the numeric contract.
+
+It reads nothing but the image — instructions, weights and parameter blocks in the hardware
+layouts — so a match with onnxruntime proves the instructions carry everything the accelerator
+needs. Every tensor operation is vectorised numpy; the arithmetic is :mod:`sfnpu.numeric`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sfnpu import image, isa, layout, numeric
+from sfnpu.config import HwConfig
+from sfnpu.isa import Activation, ActOrder, ConvKind, Eltwise, MemSpace, Pool
+
+__all__ = ["GoldenModel", "GoldenError", "run_image"]
+
+
+class GoldenError(RuntimeError):
+    """The program does something the hardware would refuse; names the group."""
+
+
+@dataclass
+class _Memories:
+    dram: bytearray
+    buffers: tuple[bytearray, bytearray, bytearray]
+
+    def space(self, space: MemSpace) -> bytearray:
+        return self.dram if space == MemSpace.DRAM else self.buffers[space.value - 1]
+
+
+class GoldenModel:
+    """Bit-exact functional model of the accelerator for one hardware configuration."""
+
+    def __init__(self, config: HwConfig):
+        self.config = config
+
+    # -- memory helpers (layouts from sfnpu.layout only) ---------------------------------------
+
+    def _read(self, mem: _Memories, loc: isa.Location, c: int, h: int, w: int,
+              signed: bool) -> np.ndarray:
+        size = layout.tensor_bytes(c, h, w, self.config.lanes)
+        raw = mem.space(loc.space)[loc.offset:loc.offset + size]
+        return layout.unpack_tensor(bytes(raw), c, h, w, self.config.lanes, signed)
+
+    def _write(self, mem: _Memories, loc: isa.Location, codes: np.ndarray, c_offset: int):
+        """Write ``codes`` (C, H, W) as channels ``c_offset..`` of a channel-blocked tensor."""
+        lanes = self.config.lanes
+        c, h, w = codes.shape
+        blocks = layout.channel_blocks(c_offset + c, lanes)
+        region = np.frombuffer(mem.space(loc.space), dtype=np.uint8, count=blocks * h * w * lanes,
+                               offset=loc.offset).reshape(blocks, h, w, lanes)
+        channels = np.arange(c_offset, c_offset + c)
+        region[channels // lanes, :, :, channels % lanes] = codes.astype(np.int64) & 0xFF
+
+    # -- one group --------------------------------------------------------------------------
+
+    def _group(self, mem: _Memories, i: isa.Instruction, index: int):
+        cfg = self.config
+        params = layout.unpack_params(
+            bytes(mem.dram[i.params.offset:i.params.offset + layout.param_bytes(i, cfg)]), i, cfg)
+        post = params["post"][0]
+        stage = {name: k for k, name in enumerate(layout.STAGES)}
+
+        def qout(name):
+            k = stage[name]
+            signed = bool(post["signed"][k])
+            return int(post["zp"][k]), signed, numeric.qrange(signed)
+
+        x = self._read(mem, i.input, i.in_c, i.in_h, i.in_w, bool(i.in_signed))
+        cur_zp, cur_signed = i.in_zp, bool(i.in_signed)
+        if i.conv != ConvKind.NONE:
+            wbytes = layout.weight_bytes(i, cfg)
+            w = layout.unpack_weights(bytes(mem.dram[i.weights.offset:i.weights.offset + wbytes]),
+                                      i, cfg)
+            n = i.out_c
+            acc = numeric.conv_accumulate(
+                x, i.in_zp, w, params["weight_zp"][:n], params["bias"][:n], (i.sh, i.sw),
+                (i.pad_top, i.pad_left, i.pad_bottom, i.pad_right),
+                depthwise=i.conv == ConvKind.DEPTHWISE)
+            cur_zp, cur_signed, (lo, hi) = qout("conv")
+            y = numeric.requantize(acc, params["multiplier"][:n], cur_zp, lo, hi)
+        else:
+            y = x.astype(np.int32)
+
+        def table(values, name):
+            zp, signed, _ = qout(name)
+            t = params["act_table"].astype(np.int8 if signed else np.uint8).astype(np.int32)
+            return t[values & 0xFF], zp, signed
+
+        if i.act == Activation.TABLE and (i.eltwise == Eltwise.NONE or
+                                          i.act_order == ActOrder.BEFORE_ELTWISE):
+            y, cur_zp, cur_signed = table(y, "act")
+        if i.eltwise != Eltwise.NONE:
+            zp, signed, _ = qout("eltwise")
+            if i.eltwise == Eltwise.ADD:
+                h, w_ = layout.conv_output_hw(i)
+                b = self._read(mem, i.shortcut, i.out_c, h, w_, bool(i.sc_signed))
+            else:
+                b = self._read(mem, i.shortcut, i.out_c, 1, 1, bool(i.sc_signed))
+            y = numeric.eltwise(i.eltwise.name.lower(), y, cur_zp, cur_signed, b, i.sc_zp,
+                                bool(i.sc_signed), post["eltwise_mult"], zp, signed)
+            cur_zp, cur_signed = zp, signed
+            if i.act == Activation.TABLE and i.act_order == ActOrder.AFTER_ELTWISE:
+                y, cur_zp, cur_signed = table(y, "act_after")
+        if i.act == Activation.CLAMP:
+            y = np.clip(y, i.clamp_lo, i.clamp_hi)
+        if i.pool == Pool.MAX:
+            y = numeric.max_pool(y, i.pool_size, i.pool_stride, i.pool_pad, (i.out_h, i.out_w)
+                                 if not i.upsample else (i.out_h // 2, i.out_w // 2))
+        elif i.pool in (Pool.AVG, Pool.GLOBAL_AVG):
+            zp, signed, _ = qout("pool")
+            out_hw = (i.out_h // 2, i.out_w // 2) if i.upsample else (i.out_h, i.out_w)
+            y = numeric.avg_pool(y, cur_zp, cur_signed, zp, signed, float(post["pool_mult"]),
+                                 None if i.pool == Pool.GLOBAL_AVG else
+                                 (i.pool_size, i.pool_stride, i.pool_pad, i.pool_count_pad),
+                                 out_hw)
+            cur_zp, cur_signed = zp, signed
+        if i.upsample:
+            y = y.repeat(2, axis=1).repeat(2, axis=2)
+        if (cur_zp, cur_signed) != (i.out_zp, bool(i.out_signed)):
+            raise GoldenError(f"group {index}: the last stage produces zp {cur_zp} "
+                              f"{'int8' if cur_signed else 'uint8'}, the instruction says "
+                              f"{i.out_zp} {'int8' if i.out_signed else 'uint8'}")
+        if y.shape != (i.out_c, i.out_h, i.out_w):
+            raise GoldenError(f"group {index}: computed {y.shape}, instruction says "
+                              f"{(i.out_c, i.out_h, i.out_w)}")
+        self._write(mem, i.output, y, i.out_c_offset)
+
+    # -- whole programs ---------------------------------------------------------------------
+
+    def run(self, blob: bytes) -> image.Image:
+        """Execute an image; returns it with DRAM as the accelerator leaves it."""
+        img = image.unpack(blob, self.config)
+        mem = _Memories(img.dram, tuple(bytearray(n) for n in self.config.buffer_bytes))
+        for index, instr in enumerate(img.program):
+            self._group(mem, instr, index)
+        return img
+
+    def outputs(self, blob: bytes) -> list[np.ndarray]:
+        """Execute an image and return its OUTPUT sections as ``(C, H, W)`` arrays."""
+        img = self.run(blob)
+        return [img.tensor(image.SectionKind.OUTPUT, s.index, self.config.lanes)
+                for s in img.layout.of_kind(image.SectionKind.OUTPUT)]
+
+
+def run_image(blob: bytes, config: HwConfig) -> list[np.ndarray]:
+    return GoldenModel(config).outputs(blob)
