@@ -43,6 +43,8 @@ SUPPORTED_OPS = {
 }
 _UNARY = {"Relu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh"}
 _ALIASES = {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity"}
+#: Operators that must not be left to the host behind an unsupported node.
+_MUST_ACCELERATE = {"Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool"}
 
 
 class ModelError(ValueError):
@@ -543,6 +545,14 @@ class _Importer:
         patched = epilogue_nodes
         prologue = submodel(q_inputs, [i for i in g.input if i.name not in self.m.consts],
                             [value_info(n) for n in self.inputs], "prologue")
+        heavy = [n for n in patched if n.op_type in _MUST_ACCELERATE]
+        if heavy:
+            culprit = next(n for n in patched if n.op_type not in
+                           ("QuantizeLinear", "DequantizeLinear", "Constant"))
+            raise ModelError(
+                f"{_where(culprit)}: not executable on the accelerator, and {len(heavy)} "
+                f"compute node(s) after it ({', '.join(sorted({n.op_type for n in heavy}))}) "
+                f"would have to run on the host; supported: {', '.join(sorted(SUPPORTED_OPS))}")
         epilogue_inputs = []
         for name, (ir_name, _) in feeds.items():
             vi = value_info(ir_name)

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -137,6 +138,109 @@ def cmd_sim(args) -> int:
     return 0
 
 
+def _calibration(args):
+    from .compiler.quantize import CalibrationSource
+
+    if args.calib is None:
+        return None
+    folder = Path(args.calib)
+    if not folder.is_dir():
+        raise CliError(f"--calib {folder}: not a folder (give images or .npy files)")
+    if any(folder.glob("*.npy")):
+        return CalibrationSource.npy(folder)
+    return CalibrationSource.images(folder)
+
+
+def _compile(args, workdir: Path):
+    from .compiler.pipeline import compile_model, ensure_qdq
+
+    path, notes = ensure_qdq(args.model, workdir, _calibration(args),
+                             activation_signed=args.int8_activations)
+    return compile_model(path, get_config(args.config)), path, notes
+
+
+def cmd_compile(args) -> int:
+    from .compiler.report import compile_report
+
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    compiled, qdq, notes = _compile(args, out)
+    feeds = compiled.imported.host.prologue.graph.input
+    zeros = [np.zeros(compiled.graph.tensors[n].shape, compiled.graph.tensors[n].qtype.dtype)
+             for n in compiled.program.inputs]
+    (out / "image.bin").write_bytes(compiled.program.pack(zeros))
+    report = compile_report(compiled, str(args.model), notes)
+    (out / "report.md").write_text(report)
+    console.print(report)
+    console.print(f"wrote {out / 'image.bin'} (input section zeroed; `sfnpu run` fills it) "
+                  f"and {out / 'report.md'}; {len(feeds)} model input(s)")
+    return 0
+
+
+def _load_inputs(path: str, names: list[str]) -> dict:
+    data = np.load(path)
+    if isinstance(data, np.ndarray):
+        if len(names) != 1:
+            raise CliError(f"the model has {len(names)} inputs; give an .npz with {names}")
+        return {names[0]: data.astype(np.float32)}
+    missing = set(names) - set(data.files)
+    if missing:
+        raise CliError(f"{path} lacks inputs {sorted(missing)}")
+    return {n: data[n].astype(np.float32) for n in names}
+
+
+def _save_outputs(path: str, outputs: dict):
+    if len(outputs) == 1:
+        np.save(path, next(iter(outputs.values())))
+    else:
+        np.savez(path, **outputs)
+
+
+def cmd_run(args) -> int:
+    import tempfile
+
+    from .compiler.pipeline import ensure_qdq, run_onnxruntime
+    from .compiler.importer import load_model
+
+    with tempfile.TemporaryDirectory(prefix="sfnpu-run-") as tmp:
+        if args.backend == "onnxruntime":
+            path, _ = ensure_qdq(args.model, tmp, _calibration(args),
+                                 activation_signed=args.int8_activations)
+            model = load_model(path)
+            names = [i.name for i in model.graph.input
+                     if i.name not in {t.name for t in model.graph.initializer}]
+            outputs = run_onnxruntime(model, _load_inputs(args.input, names))
+        else:
+            from .sim.golden import GoldenModel
+
+            compiled, _, _ = _compile(args, Path(tmp))
+            names = [i.name for i in compiled.imported.host.prologue.graph.input]
+            outputs = compiled.run(_load_inputs(args.input, names),
+                                   GoldenModel(get_config(args.config)).outputs)
+    _save_outputs(args.output, outputs)
+    console.print(f"wrote {args.output}: " + ", ".join(f"{k} {v.dtype}{list(v.shape)}"
+                                                     for k, v in outputs.items()))
+    return 0
+
+
+def cmd_compare(args) -> int:
+    def load(path):
+        data = np.load(path)
+        return {"": data} if isinstance(data, np.ndarray) else {k: data[k] for k in data.files}
+    a, b = load(args.a), load(args.b)
+    if a.keys() != b.keys():
+        raise CliError(f"different outputs: {sorted(a)} vs {sorted(b)}")
+    worst = 0
+    for name in a:
+        if a[name].shape != b[name].shape:
+            raise CliError(f"{name or 'output'}: shapes {a[name].shape} and {b[name].shape}")
+        same = float((a[name] == b[name]).mean())
+        diff = float(np.abs(a[name].astype(np.float64) - b[name].astype(np.float64)).max())
+        console.print(f"{name or 'output'}: {same:.4%} identical, largest difference {diff:g}")
+        worst = max(worst, diff)
+    return 0 if worst == 0 else 1
+
+
 def cmd_not_built(args) -> int:
     raise CliError(f"`{args.command}` is not built yet in this version of sfnpu")
 
@@ -164,6 +268,31 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", help="ONNX model path or builder name")
     s.set_defaults(func=cmd_sim)
 
+    def model_options(parser):
+        parser.add_argument("model", help="ONNX model (float or int8 QDQ)")
+        parser.add_argument("--config", default="tiny", choices=list(CONFIGS))
+        parser.add_argument("--calib", help="folder of calibration images or .npy files "
+                            "(float models; default: a synthetic set, named as such)")
+        parser.add_argument("--int8-activations", action="store_true",
+                            help="quantise activations to int8 instead of uint8")
+
+    c = sub.add_parser("compile", help="compile an ONNX model to a DRAM image and a report")
+    model_options(c)
+    c.add_argument("-o", "--output", required=True, help="output folder")
+    c.set_defaults(func=cmd_compile)
+
+    r = sub.add_parser("run", help="run a model on a backend; writes .npy (.npz if several)")
+    model_options(r)
+    r.add_argument("--input", required=True, help=".npy (one input) or .npz")
+    r.add_argument("--backend", default="golden", choices=["golden", "onnxruntime"])
+    r.add_argument("-o", "--output", required=True)
+    r.set_defaults(func=cmd_run)
+
+    cmp = sub.add_parser("compare", help="share of identical values of two .npy/.npz files")
+    cmp.add_argument("a")
+    cmp.add_argument("b")
+    cmp.set_defaults(func=cmd_compare)
+
     for name in ("bench", "verilog", "bitstream", "firmware"):
         sub.add_parser(name, help="not built yet").set_defaults(func=cmd_not_built)
     return p
@@ -173,9 +302,22 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (CliError, ConfigError, image.ImageError, isa.InstructionError) as e:
+    except Exception as e:
+        if not isinstance(e, _user_errors()):
+            raise  # a bug: keep the traceback
         console.print(f"[red]error:[/] {e}")
         return 2
+
+
+def _user_errors() -> tuple[type, ...]:
+    """Errors that describe bad input, printed without a traceback."""
+    from .compiler.importer import ModelError
+    from .compiler.ir import IRError
+    from .compiler.quantize import QuantizeError
+    from .sim.golden import GoldenError
+
+    return (CliError, ConfigError, image.ImageError, isa.InstructionError, IRError, ModelError,
+            QuantizeError, GoldenError, FileNotFoundError)
 
 
 if __name__ == "__main__":
