@@ -112,15 +112,32 @@ class _Builder:
                 f["act"] = Activation.TABLE
                 arrays["act_table"] = node.consts["table"].view(np.uint8)
             elif node.op in ("add", "mul"):
-                b = g.tensors[node.inputs[1]]
-                f["eltwise"] = Eltwise.ADD if node.op == "add" else Eltwise.CHANNEL_SCALE
+                b = g.tensors[group.shortcut]
                 f["sc_zp"], f["sc_signed"] = b.qtype.zero_point, int(b.qtype.signed)
-                post["eltwise_mult"][0] = numeric.eltwise_multipliers(
-                    node.op, stage_in, b.qtype, out_q)
+                if node.op == "add":
+                    f["eltwise"] = Eltwise.ADD
+                    # onnxruntime's operand A is ONNX input 0, whichever the group streams.
+                    swap = node.inputs[0] == group.shortcut
+                    qa, qb = (b.qtype, stage_in) if swap else (stage_in, b.qtype)
+                    post["eltwise_const"][0] = numeric.qlinear_add_params(
+                        qa.scale, qa.zero_point, qb.scale, qb.zero_point, out_q.scale,
+                        out_q.zero_point)
+                    post["eltwise_swap"][0] = int(swap)
+                else:
+                    if b.shape[1:] != (1, 1):
+                        self.fail(group, f"node {node.name!r}: an element-wise product of two "
+                                  "feature maps is not supported (only a per-channel scale)")
+                    f["eltwise"] = Eltwise.CHANNEL_SCALE
+                    post["eltwise_const"][0] = (numeric.qlinear_mul_multiplier(
+                        stage_in.scale, b.qtype.scale, out_q.scale), 0, 0)
             elif node.op in ("maxpool", "avgpool", "globalavgpool"):
                 self.pool_fields(group, node, f)
-                if node.op != "maxpool":
-                    post["pool_mult"][0] = numeric.pool_multiplier(node.op, stage_in, out_q)
+                x_hw = g.tensors[node.inputs[0]].shape[1:]
+                if f["pool"] == Pool.GLOBAL_AVG:
+                    post["pool_const"][0] = (numeric.global_avg_pool_multiplier(
+                        stage_in.scale, out_q.scale, x_hw[0] * x_hw[1]), 0)
+                elif f["pool"] == Pool.AVG:
+                    post["pool_const"][0] = (stage_in.scale, out_q.scale)
             elif node.op == "resize":
                 f["upsample"] = 1
             else:
@@ -157,6 +174,10 @@ class _Builder:
             f["pool"] = Pool.GLOBAL_AVG
             return
         (kh, kw), (sh, sw), pads = node.attrs["kernel"], node.attrs["stride"], node.attrs["pads"]
+        if node.op == "avgpool" and (kh, kw) == self.graph.tensors[node.inputs[0]].shape[1:] \
+                and not any(pads):
+            f["pool"] = Pool.GLOBAL_AVG  # onnxruntime takes the global-pool path here too
+            return
         if kh != kw or sh != sw or len(set(pads)) != 1:
             self.fail(group, f"pooling {kh}x{kw} stride {sh}x{sw} pads {pads}: the accelerator "
                       "pools with square windows and equal padding on every side")

@@ -86,23 +86,29 @@ def fuse(graph: Graph) -> list[Group]:
         if node.op == "concat":
             continue  # resolved after fusion
         stage = _stage(node, current) if current else None
+        # An add may stream either operand; the other one is read as the shortcut.
+        stream = node.inputs[0]
+        if current is not None and node.op == "add" and node.inputs[1] == current.output:
+            stream = node.inputs[1]
         joins = (current is not None and node.op != "conv"
-                 and node.inputs[0] == current.output and readers[current.output] == 1
+                 and stream == current.output and readers[current.output] == 1
                  and STAGE_ORDER[stage] > max(STAGE_ORDER[s] for s in current.stages))
         if joins and node.op == "table":
             joins = not any(s.startswith("table") for s in current.stages)  # one table each
         if joins and node.op in ("add", "mul"):
             # The second operand must exist before this group starts.
-            joins = producer_group.get(node.inputs[1], len(closed)) < len(closed)
+            other = node.inputs[1] if stream == node.inputs[0] else node.inputs[0]
+            joins = producer_group.get(other, len(closed)) < len(closed)
         if not joins:
             close()
-            current = _Open(input=node.inputs[0])
+            stream = node.inputs[0]
+            current = _Open(input=stream)
             stage = _stage(node, current)
         current.nodes.append(node)
         current.stages.append(stage)
         current.output = node.output
         if node.op in ("add", "mul"):
-            current.shortcut = node.inputs[1]
+            current.shortcut = node.inputs[1] if stream == node.inputs[0] else node.inputs[0]
     close()
 
     groups = [Group(i, tuple(g.nodes), g.input, g.output, g.shortcut)
@@ -133,7 +139,9 @@ def _redirect_concats(graph: Graph, groups: list[Group], concats: list[Node]) ->
                     raise IRError(f"concat {concat.name!r}: part {part!r} is quantised "
                                   f"differently from the result ({t.qtype} vs {dest.qtype}); "
                                   "requantising copies are not supported yet")
-                after = owner.index if owner is not None else -1
+                # After the last group that writes the part (a concat result is written by
+                # several); graph inputs are ready from the start.
+                after = max((r.index for r in result if r.written == part), default=-1)
                 copies.setdefault(after, []).append(
                     Group(-1, (), part, part, dest=concat.output, channel_offset=offset))
             offset += t.channels

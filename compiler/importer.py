@@ -40,6 +40,7 @@ SUPPORTED_OPS = {
     "Upsample": "nearest, scale 2",
     "Relu": "", "Clip": "", "LeakyRelu": "", "HardSigmoid": "", "HardSwish": "",
     "Sigmoid": "", "Tanh": "",
+    "SpaceToDepth": "block size 2 (runs as a one-hot 2x2 stride-2 convolution)",
 }
 _UNARY = {"Relu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh"}
 _ALIASES = {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity"}
@@ -296,6 +297,8 @@ class _Importer:
             self.resize_node(node, out, qtype)
         elif op in _UNARY:
             self.unary_node(node, out, qtype)
+        elif op == "SpaceToDepth":
+            self.space_to_depth_node(node, out, qtype)
         elif op == "BatchNormalization":
             raise ModelError(f"{_where(node)}: BatchNormalization inside the quantised graph; "
                              "fold it into the preceding convolution before quantising (sfnpu "
@@ -440,7 +443,8 @@ class _Importer:
         else:
             if b.shape[1:] != (1, 1) and a.shape[1:] == (1, 1):
                 a, b = b, a
-            if b.shape != (a.shape[0], 1, 1):
+            # Same shapes: x · Sigmoid(x) (SiLU), folded into one table by a later pass.
+            if b.shape != (a.shape[0], 1, 1) and b.shape != a.shape:
                 raise ModelError(f"{_where(node)}: Mul of shapes {a.shape} and {b.shape}; "
                                  "sfnpu multiplies a feature map by a per-channel vector")
             shape, op = a.shape, "mul"
@@ -472,14 +476,47 @@ class _Importer:
         self.add_tensor(out, (c, 2 * h, 2 * w), qtype)
         self.nodes.append(Node(node.name, "resize", (x.name,), out, attrs=dict(scale=2)))
 
+    def space_to_depth_node(self, node, out, qtype):
+        """SpaceToDepth (YOLOv2's reorg) is a 2×2 stride-2 convolution with one-hot weights:
+        output channel (dy·2 + dx)·C + c copies x[c, 2i + dy, 2j + dx] (requantisation by
+        exactly 1.0 when the quantisation is unchanged, as onnxruntime's copy)."""
+        x = self.input_tensor(node)
+        c, h, w = x.shape
+        if _attr(node, "blocksize") != 2 or qtype != x.qtype or h % 2 or w % 2:
+            raise ModelError(f"{_where(node)}: SpaceToDepth with block size 2, even sizes and "
+                             "unchanged quantisation only")
+        weight = np.zeros((4 * c, c, 2, 2), np.int8)
+        for dy in range(2):
+            for dx in range(2):
+                weight[(dy * 2 + dx) * c + np.arange(c), np.arange(c), dy, dx] = 1
+        self.add_tensor(out, (4 * c, h // 2, w // 2), qtype)
+        self.nodes.append(Node(node.name, "conv", (x.name,), out,
+                               attrs=dict(stride=(2, 2), pads=(0, 0, 0, 0), depthwise=False),
+                               consts=dict(weight=weight, weight_scale=np.ones(4 * c, np.float32),
+                                           weight_zp=np.zeros(4 * c, np.int8),
+                                           bias=np.zeros(4 * c, np.int32))))
+
     def unary_node(self, node, out, qtype):
         from sfnpu import numeric
 
         x = self.input_tensor(node)
-        table = numeric.unary_table(node, self.m.consts, x.qtype, qtype)
+        consts = []
+        for name in node.input[1:]:
+            if not name:
+                consts.append(None)
+            elif name in self.m.consts:
+                consts.append(self.m.consts[name].astype(np.float32))
+            else:
+                raise ModelError(f"{_where(node)}: input {name!r} must be a constant")
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        opset = next(o.version for o in self.m.model.opset_import
+                     if o.domain in ("", "ai.onnx"))
+        table = numeric.activation_table(
+            numeric.onnx_op(node.op_type, *consts, **attrs), x.qtype.scale, x.qtype.zero_point,
+            x.qtype.signed, qtype.scale, qtype.zero_point, qtype.signed, opset=max(opset, 13))
         self.add_tensor(out, x.shape, qtype)
         self.nodes.append(Node(node.name, "table", (x.name,), out,
-                               consts=dict(table=table)))
+                               consts=dict(table=table.astype(qtype.dtype))))
 
     # -- outputs and host parts --------------------------------------------------------------
 

@@ -8,7 +8,7 @@ QDQ model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 import numpy as np
@@ -19,6 +19,7 @@ from sfnpu.config import HwConfig
 
 from .codegen import Program, generate
 from .groups import Group, fuse
+from .passes import run_passes
 from .importer import Imported, import_model
 
 __all__ = ["Compiled", "compile_model", "run_onnxruntime", "is_quantised", "ensure_qdq"]
@@ -95,5 +96,7 @@ def ensure_qdq(src, workdir, calibration=None, activation_signed: bool = False):
 
 def compile_model(src, config: HwConfig) -> Compiled:
     imported = import_model(src)
-    groups = fuse(imported.graph)
-    return Compiled(imported, groups, generate(imported.graph, groups, config))
+    graph, _ = run_passes(imported.graph)
+    imported = replace(imported, graph=graph)
+    groups = fuse(graph)
+    return Compiled(imported, groups, generate(graph, groups, config))

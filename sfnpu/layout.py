@@ -151,11 +151,15 @@ class ParamSection:
 STAGES = ("conv", "act", "eltwise", "act_after", "pool")
 
 #: The quantisation of every stage's output code (zero point, int8 or uint8) and the float32
-#: multipliers of the stages that requantise (their use is fixed by :mod:`sfnpu.numeric`).
+#: constants of the stages that requantise; their use is fixed by :mod:`sfnpu.numeric`:
+#:   eltwise_const  ADD: (r_a, r_b, fixed) of QLinearAdd; CHANNEL_SCALE: (m, 0, 0)
+#:   eltwise_swap   ADD: 1 when onnxruntime's operand A is the shortcut, not the stream
+#:   pool_const     GLOBAL_AVG: (multiplier, 0); AVG: (input scale, output scale)
 #: A stage the group does not use holds zeros. The final stage's entry equals the
 #: instruction's out_zp / out_signed.
 POST_RECORD = np.dtype([("zp", "<i4", (len(STAGES),)), ("signed", "<i4", (len(STAGES),)),
-                        ("eltwise_mult", "<f4", (3,)), ("pool_mult", "<f4")])
+                        ("eltwise_const", "<f4", (3,)), ("eltwise_swap", "<i4"),
+                        ("pool_const", "<f4", (2,))])
 
 def param_sections(instr: Instruction, config: HwConfig) -> list[ParamSection]:
     """The sections of a group's parameter block, in order, with their offsets."""

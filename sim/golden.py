@@ -100,26 +100,34 @@ class GoldenModel:
                 b = self._read(mem, i.shortcut, i.out_c, h, w_, bool(i.sc_signed))
             else:
                 b = self._read(mem, i.shortcut, i.out_c, 1, 1, bool(i.sc_signed))
-            y = numeric.eltwise(i.eltwise.name.lower(), y, cur_zp, cur_signed, b, i.sc_zp,
-                                bool(i.sc_signed), post["eltwise_mult"], zp, signed)
+            c0, c1, c2 = (float(v) for v in post["eltwise_const"])
+            if i.eltwise == Eltwise.ADD:
+                a_codes, b_codes = (b, y) if post["eltwise_swap"] else (y, b)
+                y = numeric.qlinear_add_codes(a_codes, b_codes, c0, c1, c2, signed)
+            else:
+                y = numeric.qlinear_mul_codes(y, cur_zp, b, i.sc_zp, c0, zp, signed)
             cur_zp, cur_signed = zp, signed
             if i.act == Activation.TABLE and i.act_order == ActOrder.AFTER_ELTWISE:
                 y, cur_zp, cur_signed = table(y, "act_after")
         if i.act == Activation.CLAMP:
             y = np.clip(y, i.clamp_lo, i.clamp_hi)
+        pooled_hw = (i.out_h // 2, i.out_w // 2) if i.upsample else (i.out_h, i.out_w)
         if i.pool == Pool.MAX:
-            y = numeric.max_pool(y, i.pool_size, i.pool_stride, i.pool_pad, (i.out_h, i.out_w)
-                                 if not i.upsample else (i.out_h // 2, i.out_w // 2))
-        elif i.pool in (Pool.AVG, Pool.GLOBAL_AVG):
+            y = numeric.max_pool(y, i.pool_size, i.pool_stride, i.pool_pad, pooled_hw)
+        elif i.pool == Pool.GLOBAL_AVG:
             zp, signed, _ = qout("pool")
-            out_hw = (i.out_h // 2, i.out_w // 2) if i.upsample else (i.out_h, i.out_w)
-            y = numeric.avg_pool(y, cur_zp, cur_signed, zp, signed, float(post["pool_mult"]),
-                                 None if i.pool == Pool.GLOBAL_AVG else
-                                 (i.pool_size, i.pool_stride, i.pool_pad, i.pool_count_pad),
-                                 out_hw)
+            y = numeric.global_avg_pool_codes(y, cur_zp, float(post["pool_const"][0]), zp,
+                                              signed)
+            cur_zp, cur_signed = zp, signed
+        elif i.pool == Pool.AVG:
+            zp, signed, _ = qout("pool")
+            x_scale, y_scale = (float(v) for v in post["pool_const"])
+            y = numeric.qlinear_avg_pool(
+                y, x_scale, cur_zp, y_scale, zp, signed, i.pool_size, i.pool_stride,
+                i.pool_pad, bool(i.pool_count_pad), out_hw=pooled_hw)
             cur_zp, cur_signed = zp, signed
         if i.upsample:
-            y = y.repeat(2, axis=1).repeat(2, axis=2)
+            y = numeric.upsample_nearest2x(y)
         if (cur_zp, cur_signed) != (i.out_zp, bool(i.out_signed)):
             raise GoldenError(f"group {index}: the last stage produces zp {cur_zp} "
                               f"{'int8' if cur_signed else 'uint8'}, the instruction says "

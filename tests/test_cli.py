@@ -56,3 +56,39 @@ def test_entry_point_is_installed():
     result = subprocess.run([sys.executable, "-m", "sfnpu.cli", "configs"],
                             capture_output=True, text=True)
     assert result.returncode == 0 and "tiny" in result.stdout
+
+
+def test_compile_run_compare_on_a_float_model(capsys, tmp_path):
+    """The user path: float ONNX → (synthetic calibration) → compile → run on the golden model
+    and on onnxruntime → compare: identical."""
+    import numpy as np
+    import onnx
+
+    from netbuild import Net
+
+    n = Net((3, 12, 12), name="cli_net")
+    y = n.conv(n.op("Relu", [n.conv("x", 3, 8, 3)]), 8, 4, 3, stride=2)
+    model_path = tmp_path / "net.onnx"
+    onnx.save(n.model([y]), str(model_path))
+    np.save(tmp_path / "x.npy", n.samples(1, seed=9))
+
+    code, out = run(capsys, "compile", str(model_path), "-o", str(tmp_path / "out"))
+    assert code == 0, out
+    assert "SYNTHETIC" in out and "groups (instructions): 2" in out
+    assert (tmp_path / "out" / "image.bin").stat().st_size > 0
+    code, out = run(capsys, "image", str(tmp_path / "out" / "image.bin"), "--config", "tiny")
+    assert code == 0, out
+
+    for backend in ("golden", "onnxruntime"):
+        code, out = run(capsys, "run", str(model_path), "--input", str(tmp_path / "x.npy"),
+                        "--backend", backend, "-o", str(tmp_path / f"{backend}.npy"))
+        assert code == 0, out
+    code, out = run(capsys, "compare", str(tmp_path / "golden.npy"),
+                    str(tmp_path / "onnxruntime.npy"))
+    assert code == 0 and "100.0000% identical, largest difference 0" in out
+
+
+def test_run_reports_bad_input(capsys, tmp_path):
+    code, out = run(capsys, "run", str(tmp_path / "missing.onnx"), "--input", "x.npy",
+                    "-o", str(tmp_path / "y.npy"))
+    assert code == 2 and "no such model file" in out

@@ -102,7 +102,7 @@ def test_param_sections_follow_the_instruction():
     assert layout.param_bytes(full, TINY) % layout.PARAM_ALIGN == 0
     none = Instruction(conv=ConvKind.NONE, in_h=1, in_w=1, out_h=1, out_w=1, in_c=1, out_c=1)
     assert [s.name for s in layout.param_sections(none, TINY)] == ["post"]
-    assert layout.param_bytes(none, TINY) == 64
+    assert layout.param_bytes(none, TINY) == 64  # the 60-byte post record, aligned
 
 
 def test_param_round_trip_and_errors():
@@ -112,8 +112,8 @@ def test_param_round_trip_and_errors():
                   multiplier=rng.random(10).astype(np.float32),
                   weight_zp=np.zeros(10, np.int8),
                   act_table=np.arange(256, dtype=np.uint8),
-                  post=np.array([((1, -2, 3, 0, 5), (0, 1, 0, 0, 1), (0.5, 0.25, 2.0), 3.0)],
-                                layout.POST_RECORD))
+                  post=np.array([((1, -2, 3, 0, 5), (0, 1, 0, 0, 1), (0.5, 0.25, 2.0), 1,
+                                  (3.0, 0.5))], layout.POST_RECORD))
     blob = layout.pack_params(instr, TINY, **arrays)
     out = layout.unpack_params(blob, instr, TINY)
     for name, values in arrays.items():

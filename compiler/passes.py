@@ -1,0 +1,110 @@
+"""IR passes. Each is ``(graph) -> (graph, changed)`` and keeps every value bit-exact with
+onnxruntime's execution of the QDQ model; :func:`run_passes` checks the graph after each one.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from sfnpu import numeric
+
+from .ir import Graph, Node, QType, Tensor, check
+
+__all__ = ["PASSES", "run_passes", "fold_silu", "requantize_concat_inputs",
+           "drop_dead_nodes"]
+
+
+def _codes(q: QType) -> np.ndarray:
+    return np.arange(256, dtype=np.uint8).view(q.dtype).astype(np.int32)
+
+
+def fold_silu(graph: Graph) -> tuple[Graph, bool]:
+    """``Mul(x, T(x))`` with ``T`` a table (SiLU / Swish exported as ``x · Sigmoid(x)``) is a
+    function of the code of ``x`` alone: one 256-entry table, exact by construction
+    (onnxruntime runs QLinearSigmoid then QLinearMul; :func:`sfnpu.numeric.qlinear_mul`)."""
+    nodes, changed = list(graph.nodes), False
+    for k, node in enumerate(nodes):
+        if node.op != "mul":
+            continue
+        a, b = node.inputs
+        for x, t in ((a, b), (b, a)):
+            producer = graph.producer(t)
+            if producer is None or producer.op != "table" or producer.inputs[0] != x:
+                continue
+            qx, qt, qy = (graph.tensors[n].qtype for n in (x, t, node.output))
+            codes = _codes(qx)
+            sig = numeric.apply_table(codes, producer.consts["table"], qx.signed)
+            if x == a:
+                table = numeric.qlinear_mul(codes, qx.scale, qx.zero_point, sig, qt.scale,
+                                            qt.zero_point, qy.scale, qy.zero_point, qy.signed)
+            else:
+                table = numeric.qlinear_mul(sig, qt.scale, qt.zero_point, codes, qx.scale,
+                                            qx.zero_point, qy.scale, qy.zero_point, qy.signed)
+            nodes[k] = Node(node.name, "table", (x,), node.output,
+                            consts=dict(table=table.astype(qy.dtype)))
+            changed = True
+            break
+    return (graph.replace(nodes=nodes), True) if changed else (graph, False)
+
+
+def requantize_concat_inputs(graph: Graph) -> tuple[Graph, bool]:
+    """A concat part quantised differently from the result goes through its own requantisation
+    table first (onnxruntime's QLinearConcat, :func:`sfnpu.numeric.requant_table`), so that
+    every part can be written into the destination as it is."""
+    nodes, tensors, changed = [], dict(graph.tensors), False
+    for node in graph.nodes:
+        if node.op == "concat":
+            dest = graph.tensors[node.output].qtype
+            parts = []
+            for part in node.inputs:
+                t = graph.tensors[part]
+                if t.qtype != dest:
+                    name = f"{part}.requant:{node.output}"
+                    table = numeric.requant_table(t.qtype.scale, t.qtype.zero_point, dest.scale,
+                                                  dest.zero_point, t.qtype.signed, dest.signed)
+                    tensors[name] = Tensor(name, t.shape, dest)
+                    nodes.append(Node(f"{node.name}.requant{len(parts)}", "table", (part,),
+                                      name, consts=dict(table=table.astype(dest.dtype))))
+                    part, changed = name, True
+                parts.append(part)
+            node = node.replace(inputs=tuple(parts))
+        nodes.append(node)
+    return (graph.replace(nodes=nodes, tensors=tensors), True) if changed else (graph, False)
+
+
+def drop_dead_nodes(graph: Graph) -> tuple[Graph, bool]:
+    """Remove nodes whose output nobody reads (e.g. a sigmoid folded into a SiLU table)."""
+    live = set(graph.outputs)
+    kept = []
+    for node in reversed(graph.nodes):
+        if node.output in live:
+            kept.append(node)
+            live.update(node.inputs)
+    if len(kept) == len(graph.nodes):
+        return graph, False
+    kept.reverse()
+    used = {n.output for n in kept} | set(graph.inputs)
+    tensors = {k: v for k, v in graph.tensors.items() if k in used}
+    return graph.replace(nodes=kept, tensors=tensors), True
+
+
+#: The pass pipeline, in order, by name.
+PASSES: list[tuple[str, Callable[[Graph], tuple[Graph, bool]]]] = [
+    ("fold_silu", fold_silu),
+    ("drop_dead_nodes", drop_dead_nodes),
+    ("requantize_concat_inputs", requantize_concat_inputs),
+]
+
+
+def run_passes(graph: Graph, passes=PASSES) -> tuple[Graph, list[str]]:
+    """Run each pass once, checking the IR after every change; returns the names that
+    changed the graph."""
+    applied = []
+    for name, fn in passes:
+        graph, changed = fn(graph)
+        if changed:
+            check(graph)
+            applied.append(name)
+    return graph, applied
