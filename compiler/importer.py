@@ -222,6 +222,13 @@ class _Importer:
         """The QuantizeLinear that follows ``node``'s output, if every consumer is one."""
         out = node.output[0]
         users = self.m.consumers.get(out, [])
+        if len(users) == 1 and users[0].op_type == "MaxPool" and node.op_type != "MaxPool":
+            # op → MaxPool → Q without a Q in between: quantisation is monotonic, so it
+            # commutes with the maximum; the op's output takes the MaxPool's quantisation.
+            after = self.quantised_output_params(users[0])
+            if after is not None:
+                self.deq[out] = out
+                return out, after
         if not users or any(u.op_type != "QuantizeLinear" for u in users):
             return None
         q = users[0]
@@ -235,6 +242,13 @@ class _Importer:
             self.alias[other.output[0]] = q.output[0]
         self.accelerated.update(id(u) for u in users)
         return q.output[0], qtype
+
+    def quantised_output_params(self, node: onnx.NodeProto) -> QType | None:
+        users = self.m.consumers.get(node.output[0], [])
+        if not users or any(u.op_type != "QuantizeLinear" for u in users):
+            return None
+        scale, zp, _ = self.m.qparams(users[0])
+        return QType(float(scale.reshape(-1)[0]), int(zp.reshape(-1)[0]), zp.dtype == np.int8)
 
     def add_tensor(self, name: str, shape, qtype: QType):
         self.tensors[name] = Tensor(name, tuple(shape), qtype)
@@ -273,15 +287,23 @@ class _Importer:
         self.inputs.append(q.output[0])
 
     def compute_node(self, node: onnx.NodeProto):
+        op = node.op_type
         activation_inputs = [i for i in node.input if i and i not in self.m.consts
                              and not self.is_const_dq(i)]
         if not activation_inputs or not all(i in self.deq for i in activation_inputs):
             return  # host side (before the accelerator or after it)
+        if op == "BatchNormalization":
+            raise ModelError(f"{_where(node)}: BatchNormalization inside the quantised graph; "
+                             "fold it into the preceding convolution before quantising (sfnpu "
+                             "compile does this when it quantises a float model)")
+        if op not in SUPPORTED_OPS and op not in _ALIASES and op not in ("Sub", "Div"):
+            # The host runs it, and everything after it; host_plan refuses that when
+            # convolutions or pooling would follow.
+            return
         quantised = self.quantised_output(node)
         if quantised is None:
             return  # its output leaves the quantised domain: host epilogue
         out, qtype = quantised
-        op = node.op_type
         self.accelerated.add(id(node))
         if op in _ALIASES:
             self.alias_node(node, out, qtype)
@@ -289,8 +311,12 @@ class _Importer:
             self.conv_node(node, out, qtype)
         elif op in ("MaxPool", "AveragePool", "GlobalAveragePool"):
             self.pool_node(node, out, qtype)
+        elif op in ("Add", "Mul", "Sub", "Div") and len(activation_inputs) == 1:
+            self.constant_operand_node(node, out, qtype)
         elif op in ("Add", "Mul"):
             self.binary_node(node, out, qtype)
+        elif op in ("Sub", "Div"):
+            raise ModelError(f"{_where(node)}: {op} of two feature maps is not supported")
         elif op == "Concat":
             self.concat_node(node, out, qtype)
         elif op in ("Resize", "Upsample"):
@@ -299,14 +325,6 @@ class _Importer:
             self.unary_node(node, out, qtype)
         elif op == "SpaceToDepth":
             self.space_to_depth_node(node, out, qtype)
-        elif op == "BatchNormalization":
-            raise ModelError(f"{_where(node)}: BatchNormalization inside the quantised graph; "
-                             "fold it into the preceding convolution before quantising (sfnpu "
-                             "compile does this when it quantises a float model)")
-        else:
-            supported = ", ".join(sorted(SUPPORTED_OPS))
-            raise ModelError(f"{_where(node)}: operator not supported on the accelerator "
-                             f"inside the quantised graph; supported: {supported}")
 
     def is_const_dq(self, name: str) -> bool:
         p = self.m.producer.get(name)
@@ -495,6 +513,44 @@ class _Importer:
                                consts=dict(weight=weight, weight_scale=np.ones(4 * c, np.float32),
                                            weight_zp=np.zeros(4 * c, np.int8),
                                            bias=np.zeros(4 * c, np.int32))))
+
+    def constant_operand_node(self, node, out, qtype):
+        """An arithmetic op between a feature map and a scalar constant (``x · c``, ``x + c``,
+        e.g. inside an exported HardSwish) is a function of the code of ``x``: one table, built
+        by onnxruntime from the same DequantizeLinear of the constant as in the model."""
+        from onnx import helper, numpy_helper
+        from sfnpu import numeric
+
+        x_name = next(i for i in node.input if i in self.deq)
+        x = self.tensors[self.qtensor_of(x_name, node)]
+        const_name = next(i for i in node.input if i != x_name)
+        producer = self.m.producer.get(const_name)
+        if producer is not None and producer.op_type == "DequantizeLinear":
+            values, scale, zp, axis = self.const_dq(const_name, node, "constant operand")
+            const_nodes = lambda: ([helper.make_node("DequantizeLinear", ["c_q", "c_s", "c_z"],
+                                                     ["c_f"], axis=axis)],
+                                   [numpy_helper.from_array(values, "c_q"),
+                                    numpy_helper.from_array(scale, "c_s"),
+                                    numpy_helper.from_array(zp, "c_z")])
+        else:
+            values = self.m.const(const_name, node, "constant operand")
+            const_nodes = lambda: ([], [numpy_helper.from_array(values, "c_f")])
+        if np.size(values) != 1:
+            raise ModelError(f"{_where(node)}: {node.op_type} with a non-scalar constant "
+                             f"(shape {np.shape(values)}) is not supported")
+        first = node.input[0] == x_name
+
+        def build(inp, res):
+            nodes, inits = const_nodes()
+            operands = [inp, "c_f"] if first else ["c_f", inp]
+            return nodes + [helper.make_node(node.op_type, operands, [res])], inits
+        opset = next(o.version for o in self.m.model.opset_import if o.domain in ("", "ai.onnx"))
+        table = numeric.activation_table(build, x.qtype.scale, x.qtype.zero_point, x.qtype.signed,
+                                         qtype.scale, qtype.zero_point, qtype.signed,
+                                         opset=max(opset, 13))
+        self.add_tensor(out, x.shape, qtype)
+        self.nodes.append(Node(node.name, "table", (x.name,), out,
+                               consts=dict(table=table.astype(qtype.dtype))))
 
     def unary_node(self, node, out, qtype):
         from sfnpu import numeric
