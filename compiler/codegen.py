@@ -58,7 +58,9 @@ def _stage_names(group: Group) -> list[str]:
     """Each node's stage in layout.STAGES order."""
     names, seen_eltwise = [], False
     for n in group.nodes:
-        if n.op == "conv":
+        if n.op == "channel_table":
+            names.append("in_transform")
+        elif n.op == "conv":
             names.append("conv")
         elif n.op == "table":
             names.append("act_after" if seen_eltwise else "act")
@@ -106,7 +108,13 @@ class _Builder:
                 k = layout.STAGES.index(stage)
                 post["zp"][0, k] = out_q.zero_point
                 post["signed"][0, k] = int(out_q.signed)
-            if node.op == "conv":
+            if node.op == "channel_table":
+                f["in_transform"] = isa.InputTransform.CHANNEL_TABLE
+                tables = np.zeros((layout.channel_blocks(x.shape[0], self.config.lanes)
+                                   * self.config.lanes, 256), np.uint8)
+                tables[:x.shape[0]] = node.consts["table"].view(np.uint8)
+                arrays["channel_table"] = tables
+            elif node.op == "conv":
                 weights = self.conv_fields(group, node, stage_in, out_q, f, arrays)
             elif node.op == "table":
                 f["act"] = Activation.TABLE

@@ -2,7 +2,8 @@
 
 A group follows the hardware's post-processing order::
 
-    [conv] → [table] → [add | mul] → [table] → [pool] → [resize] → write (at a channel offset)
+    [channel table] → [conv] → [table] → [add | mul] → [table] → [pool] → [resize]
+        → write (at a channel offset)
 
 Nodes are taken in topological order; a node joins the open group when it reads that group's
 current output, nobody else reads that output, and its stage comes later in the chain. Concat
@@ -20,8 +21,9 @@ from .ir import Graph, IRError, Node
 __all__ = ["Group", "fuse", "STAGE_ORDER"]
 
 #: Stage ranks in hardware order; a node may join a group only after its last stage.
-STAGE_ORDER = {"conv": 0, "table": 1, "eltwise": 2, "table_after": 3, "pool": 4, "resize": 5}
-_STAGE_OF = {"conv": "conv", "add": "eltwise", "mul": "eltwise", "maxpool": "pool",
+STAGE_ORDER = {"in_transform": -1, "conv": 0, "table": 1, "eltwise": 2, "table_after": 3,
+               "pool": 4, "resize": 5}
+_STAGE_OF = {"channel_table": "in_transform", "conv": "conv", "add": "eltwise", "mul": "eltwise", "maxpool": "pool",
              "avgpool": "pool", "globalavgpool": "pool", "resize": "resize"}
 
 
@@ -90,7 +92,9 @@ def fuse(graph: Graph) -> list[Group]:
         stream = node.inputs[0]
         if current is not None and node.op == "add" and node.inputs[1] == current.output:
             stream = node.inputs[1]
-        joins = (current is not None and node.op != "conv"
+        opens = node.op in ("conv", "channel_table") and not (
+            node.op == "conv" and current is not None and current.stages == ["in_transform"])
+        joins = (current is not None and not opens
                  and stream == current.output and readers[current.output] == 1
                  and STAGE_ORDER[stage] > max(STAGE_ORDER[s] for s in current.stages))
         if joins and node.op == "table":

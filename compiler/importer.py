@@ -41,6 +41,8 @@ SUPPORTED_OPS = {
     "Relu": "", "Clip": "", "LeakyRelu": "", "HardSigmoid": "", "HardSwish": "",
     "Sigmoid": "", "Tanh": "",
     "SpaceToDepth": "block size 2 (runs as a one-hot 2x2 stride-2 convolution)",
+    "BatchNormalization": "not folded (pre-activation): one table per channel on the input "
+                          "side of the next group",
 }
 _UNARY = {"Relu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh"}
 _ALIASES = {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity"}
@@ -292,10 +294,6 @@ class _Importer:
                              and not self.is_const_dq(i)]
         if not activation_inputs or not all(i in self.deq for i in activation_inputs):
             return  # host side (before the accelerator or after it)
-        if op == "BatchNormalization":
-            raise ModelError(f"{_where(node)}: BatchNormalization inside the quantised graph; "
-                             "fold it into the preceding convolution before quantising (sfnpu "
-                             "compile does this when it quantises a float model)")
         if op not in SUPPORTED_OPS and op not in _ALIASES and op not in ("Sub", "Div"):
             # The host runs it, and everything after it; host_plan refuses that when
             # convolutions or pooling would follow.
@@ -325,6 +323,8 @@ class _Importer:
             self.unary_node(node, out, qtype)
         elif op == "SpaceToDepth":
             self.space_to_depth_node(node, out, qtype)
+        elif op == "BatchNormalization":
+            self.batchnorm_node(node, out, qtype)
 
     def is_const_dq(self, name: str) -> bool:
         p = self.m.producer.get(name)
@@ -551,6 +551,57 @@ class _Importer:
         self.add_tensor(out, x.shape, qtype)
         self.nodes.append(Node(node.name, "table", (x.name,), out,
                                consts=dict(table=table.astype(qtype.dtype))))
+
+    def replay_constants(self, node: onnx.NodeProto):
+        """Nodes and initializers that recreate ``node``'s constant inputs exactly as the model
+        holds them (a DequantizeLinear of the stored integers, or the float value), and the
+        input names to use — so onnxruntime computes a table with the model's own kernels."""
+        from onnx import helper, numpy_helper
+
+        nodes, inits, names = [], [], []
+        for k, name in enumerate(node.input):
+            if not name or name in self.deq:
+                names.append(name)
+                continue
+            fresh = f"c{k}"
+            producer = self.m.producer.get(name)
+            if producer is not None and producer.op_type == "DequantizeLinear":
+                values, scale, zp, axis = self.const_dq(name, node, "constant input")
+                nodes.append(helper.make_node("DequantizeLinear", [f"{fresh}_q", f"{fresh}_s",
+                                                                   f"{fresh}_z"], [fresh],
+                                              axis=axis))
+                inits += [numpy_helper.from_array(values, f"{fresh}_q"),
+                          numpy_helper.from_array(scale, f"{fresh}_s"),
+                          numpy_helper.from_array(zp, f"{fresh}_z")]
+            else:
+                inits.append(numpy_helper.from_array(self.m.const(name, node, "input"), fresh))
+            names.append(fresh)
+        return nodes, inits, names
+
+    def batchnorm_node(self, node, out, qtype):
+        """A BatchNormalization left in the quantised graph (pre-activation, DenseNet-style)
+        maps each channel's codes through its own function: C exact tables from
+        onnxruntime, applied on the input side of the consuming group."""
+        from onnx import helper
+        from sfnpu import numeric
+
+        x = self.input_tensor(node)
+        nodes, inits, names = self.replay_constants(node)
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        x_name = node.input[0]
+
+        def build(inp, res):
+            operands = [inp if n == x_name else n for n in names]
+            return nodes + [helper.make_node("BatchNormalization", operands, [res], **attrs)], \
+                inits
+        opset = next(o.version for o in self.m.model.opset_import if o.domain in ("", "ai.onnx"))
+        tables = numeric.activation_table(build, x.qtype.scale, x.qtype.zero_point,
+                                          x.qtype.signed, qtype.scale, qtype.zero_point,
+                                          qtype.signed, channels=x.shape[0],
+                                          opset=max(opset, 13))
+        self.add_tensor(out, x.shape, qtype)
+        self.nodes.append(Node(node.name, "channel_table", (x.name,), out,
+                               consts=dict(table=tables.astype(qtype.dtype))))
 
     def unary_node(self, node, out, qtype):
         from sfnpu import numeric

@@ -71,7 +71,9 @@ def _freeze(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
 #:   concat       n inputs along channels
 #:   resize       attrs: scale (2)                                   (nearest)
 #:   table        consts: table uint8/int8 (256,) — an exact 8-bit → 8-bit unary op
-OPS = ("conv", "maxpool", "avgpool", "globalavgpool", "add", "mul", "concat", "resize", "table")
+#:   channel_table consts: table uint8/int8 (C, 256) — one per channel (BatchNorm in QDQ)
+OPS = ("conv", "maxpool", "avgpool", "globalavgpool", "add", "mul", "concat", "resize", "table",
+       "channel_table")
 
 
 @dataclass(frozen=True)

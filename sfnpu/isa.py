@@ -91,10 +91,12 @@ class Eltwise(enum.Enum, shape=2):
 
 
 class InputTransform(enum.Enum, shape=2):
-    """AFFINE_RELU: per-channel affine + ReLU applied to the input before the convolution
-    (pre-activation BatchNorm that cannot fold into a producer)."""
+    """CHANNEL_TABLE: one 256-entry table per input channel applied to the input before the
+    convolution — a pre-activation BatchNorm (+ ReLU) that cannot fold into a producer, exact
+    as onnxruntime computes it. The transformed input's zero point (also the padding value)
+    and type come from the parameter block's post record."""
     NONE = 0
-    AFFINE_RELU = 1
+    CHANNEL_TABLE = 1
 
 
 class MemSpace(enum.Enum, shape=2):
@@ -204,7 +206,7 @@ FIELD_DOCS = {
     "pool_count_pad": "AVG: padded positions count in the divisor",
     "in_h": "input height",
     "in_w": "input width",
-    "in_zp": "input zero point (also the padding value)",
+    "in_zp": "input zero point (also the padding value unless an input transform is set)",
     "out_h": "output height after pool and upsample",
     "out_w": "output width after pool and upsample",
     "out_zp": "output zero point",
@@ -500,9 +502,6 @@ def validate(instr: Instruction) -> None:
     if i.conv != ConvKind.NORMAL:
         _require(i.in_c == i.out_c, "out_c", i.out_c,
                  f"{i.conv.name} convolution keeps the channel count (in_c={i.in_c})")
-    if i.in_transform != InputTransform.NONE:
-        _require(i.conv != ConvKind.NONE, "in_transform", i.in_transform,
-                 "an input transform needs a convolution to feed")
 
     # Pooling.
     if i.pool in (Pool.MAX, Pool.AVG):

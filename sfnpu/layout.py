@@ -148,7 +148,7 @@ class ParamSection:
 
 
 #: Post-processing stages, in hardware order; index into the POST_RECORD arrays.
-STAGES = ("conv", "act", "eltwise", "act_after", "pool")
+STAGES = ("in_transform", "conv", "act", "eltwise", "act_after", "pool")
 
 #: The quantisation of every stage's output code (zero point, int8 or uint8) and the float32
 #: constants of the stages that requantise; their use is fixed by :mod:`sfnpu.numeric`:
@@ -169,8 +169,8 @@ def param_sections(instr: Instruction, config: HwConfig) -> list[ParamSection]:
     if instr.conv != ConvKind.NONE:
         wanted += [("bias", "<i4", out_cp), ("multiplier", "<f4", out_cp),
                    ("weight_zp", "i1", out_cp)]
-    if instr.in_transform == InputTransform.AFFINE_RELU:
-        wanted += [("affine_scale", "<f4", in_cp), ("affine_shift", "<f4", in_cp)]
+    if instr.in_transform == InputTransform.CHANNEL_TABLE:
+        wanted += [("channel_table", "u1", in_cp * 256)]
     wanted += [("post", POST_RECORD, 1)]
     if instr.act == Activation.TABLE:
         wanted += [("act_table", "u1", 256)]

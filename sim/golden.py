@@ -71,13 +71,18 @@ class GoldenModel:
 
         x = self._read(mem, i.input, i.in_c, i.in_h, i.in_w, bool(i.in_signed))
         cur_zp, cur_signed = i.in_zp, bool(i.in_signed)
+        if i.in_transform == isa.InputTransform.CHANNEL_TABLE:
+            cur_zp, cur_signed, _ = qout("in_transform")
+            tables = params["channel_table"].reshape(-1, 256)[:i.in_c]
+            x = numeric.apply_table(x, tables.astype(np.int8 if cur_signed else np.uint8),
+                                    bool(i.in_signed))
         if i.conv != ConvKind.NONE:
             wbytes = layout.weight_bytes(i, cfg)
             w = layout.unpack_weights(bytes(mem.dram[i.weights.offset:i.weights.offset + wbytes]),
                                       i, cfg)
             n = i.out_c
             acc = numeric.conv_accumulate(
-                x, i.in_zp, w, params["weight_zp"][:n], params["bias"][:n], (i.sh, i.sw),
+                x, cur_zp, w, params["weight_zp"][:n], params["bias"][:n], (i.sh, i.sw),
                 (i.pad_top, i.pad_left, i.pad_bottom, i.pad_right),
                 depthwise=i.conv == ConvKind.DEPTHWISE)
             cur_zp, cur_signed, (lo, hi) = qout("conv")

@@ -136,9 +136,6 @@ def test_location_offset_range():
     (dict(shortcut=buffer(2)), "shortcut"),
     (dict(act_order=isa.ActOrder.BEFORE_ELTWISE), "act_order"),
     (dict(out_c_offset=0xFFFF), "out_c_offset"),
-    (dict(opcode=isa.Opcode.GROUP, in_transform=isa.InputTransform.AFFINE_RELU,
-          conv=ConvKind.NONE, kh=1, kw=1, pad_top=0, pad_left=0, pad_bottom=0, pad_right=0,
-          out_c=3, weights=dram(0)), "in_transform"),
 ])
 def test_semantic_rules(changes, field):
     with pytest.raises(InstructionError) as e:

@@ -92,17 +92,17 @@ def test_param_sections_follow_the_instruction():
     names = [s.name for s in layout.param_sections(plain, TINY)]
     assert names == ["bias", "multiplier", "weight_zp", "post"]
     full = plain.replace(act=isa.Activation.TABLE, eltwise=Eltwise.ADD,
-                         in_transform=isa.InputTransform.AFFINE_RELU)
+                         in_transform=isa.InputTransform.CHANNEL_TABLE)
     sections = layout.param_sections(full, TINY)
-    assert [s.name for s in sections] == ["bias", "multiplier", "weight_zp", "affine_scale",
-                                          "affine_shift", "post", "act_table"]
+    assert [s.name for s in sections] == ["bias", "multiplier", "weight_zp", "channel_table",
+                                          "post", "act_table"]
     for a, b in zip(sections, sections[1:]):
         assert a.offset % layout.PARAM_ALIGN == 0 and a.offset + a.nbytes <= b.offset
     assert sections[0].count == 16  # padded to To
     assert layout.param_bytes(full, TINY) % layout.PARAM_ALIGN == 0
     none = Instruction(conv=ConvKind.NONE, in_h=1, in_w=1, out_h=1, out_w=1, in_c=1, out_c=1)
     assert [s.name for s in layout.param_sections(none, TINY)] == ["post"]
-    assert layout.param_bytes(none, TINY) == 64  # the 60-byte post record, aligned
+    assert layout.param_bytes(none, TINY) == 80  # the 68-byte post record, aligned
 
 
 def test_param_round_trip_and_errors():
@@ -112,7 +112,7 @@ def test_param_round_trip_and_errors():
                   multiplier=rng.random(10).astype(np.float32),
                   weight_zp=np.zeros(10, np.int8),
                   act_table=np.arange(256, dtype=np.uint8),
-                  post=np.array([((1, -2, 3, 0, 5), (0, 1, 0, 0, 1), (0.5, 0.25, 2.0), 1,
+                  post=np.array([((7, 1, -2, 3, 0, 5), (1, 0, 1, 0, 0, 1), (0.5, 0.25, 2.0), 1,
                                   (3.0, 0.5))], layout.POST_RECORD))
     blob = layout.pack_params(instr, TINY, **arrays)
     out = layout.unpack_params(blob, instr, TINY)
@@ -121,8 +121,8 @@ def test_param_round_trip_and_errors():
         assert out[name][values.size:].tobytes() == bytes(out[name][values.size:].nbytes)
     with pytest.raises(ValueError, match=r"missing \['act_table'\]"):
         layout.pack_params(instr, TINY, **{k: v for k, v in arrays.items() if k != "act_table"})
-    with pytest.raises(ValueError, match=r"unexpected \['affine_scale'\]"):
-        layout.pack_params(instr, TINY, affine_scale=np.zeros(1), **arrays)
+    with pytest.raises(ValueError, match=r"unexpected \['channel_table'\]"):
+        layout.pack_params(instr, TINY, channel_table=np.zeros(1), **arrays)
     with pytest.raises(ValueError, match="holds 256 values, got 300"):
         layout.pack_params(instr, TINY, **{**arrays, "act_table": np.zeros(300, np.uint8)})
 
