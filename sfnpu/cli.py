@@ -98,42 +98,96 @@ def cmd_image(args) -> int:
     return 0
 
 
+DEFAULT_MODEL = "pplcnet_orientation"
+
+
+def _sim_model(name: str, workdir: Path, config_name: str):
+    """(QDQ path, sample inputs, description) for a path, a builder or a bundled real model."""
+    from .compiler import builders, real_models
+    from .compiler.pipeline import ensure_qdq
+    from .compiler.quantize import CalibrationSource
+
+    if name in real_models.REAL_MODELS:
+        x, _ = real_models.rendered_inputs(name, 24, seed=0)
+        path, notes = ensure_qdq(real_models.real_model_path(name), workdir,
+                                 CalibrationSource.arrays(x[:16], label="rendered images"))
+        return path, x[16:], f"{name} (trained, from its PyPI wheel)", notes
+    if name in builders.BUILDERS:
+        import onnx
+
+        size = 64
+        model = builders.build(name, input_size=size)
+        onnx.save(model, str(workdir / f"{name}.onnx"))
+        path, notes = ensure_qdq(workdir / f"{name}.onnx", workdir)
+        x = np.random.default_rng(0).uniform(0, 1, (4, 3, size, size)).astype(np.float32)
+        return path, x, f"{name} at {size}x{size} (random weights)", notes
+    path = Path(name)
+    if not path.is_file():
+        raise CliError(f"MODEL={name}: not a file, a builder ({', '.join(builders.BUILDERS)}) "
+                       f"or a bundled model ({', '.join(real_models.REAL_MODELS)})")
+    qdq, notes = ensure_qdq(path, workdir)
+    from .compiler.importer import load_model
+    model = load_model(qdq)
+    dims = [d.dim_value or 1 for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(0).uniform(0, 1, (4, *dims[1:])).astype(np.float32)
+    return qdq, x, str(path), notes
+
+
 def cmd_sim(args) -> int:
-    from .examples import sample_image
+    """Compile a model and run every executor available, cross-checking them."""
+    import tempfile
+
+    import onnx
+
+    from .compiler.pipeline import compile_model, run_onnxruntime
+    from .sim.golden import GoldenModel
 
     config = get_config(args.config)
-    if args.model:
-        raise CliError(f"cannot compile {args.model}: the ONNX front end is not built yet; "
-                       "run `make sim` without MODEL= for the built-in sample program")
-    console.print(f"[bold]sfnpu sim[/] — {config.summary()}")
+    name = args.model or DEFAULT_MODEL
+    console.print(f"[bold]sfnpu sim[/] — {name} — {config.summary()}")
     stages = []
+    with tempfile.TemporaryDirectory(prefix="sfnpu-sim-") as tmp:
+        t0 = time.perf_counter()
+        path, inputs, description, notes = _sim_model(name, Path(tmp), args.config)
+        stages.append(("quantise (onnxruntime)", "; ".join(notes)))
+        compiled = compile_model(path, config)
+        stages.append(("compile", f"{compiled.imported.onnx_nodes} QDQ nodes → "
+                       f"{len(compiled.groups)} groups ({time.perf_counter() - t0:.1f} s)"))
+        reference = onnx.load(str(path))
+        input_name = reference.graph.input[0].name
+        golden = GoldenModel(config)
+        same = total = agree = 0
+        t1 = time.perf_counter()
+        for x in inputs:
+            feeds = {input_name: x[None]}
+            blob = compiled.program.pack(compiled.quantise_inputs(feeds))
+            image.unpack(blob, config)  # checksums, fingerprint, instruction decode, ranges
+            got = compiled.finish(golden.outputs(blob))
+            want = run_onnxruntime(reference, feeds)
+            for key in want:
+                same += int((want[key] == got[key]).sum())
+                total += want[key].size
+            first = next(iter(want))
+            agree += int(want[first].argmax() == got[first].argmax())
+        identical = same / total
+        stages.append(("DRAM image", f"{compiled.program.layout.image_bytes} bytes, validated"))
+        stages.append(("golden model vs onnxruntime",
+                       f"{identical:.4%} identical over {len(inputs)} inputs, top-1 "
+                       f"{agree}/{len(inputs)} ({time.perf_counter() - t1:.1f} s)"))
+    for stage in ("cycle-accurate model", "RTL on Verilator"):
+        stages.append((stage, "not built yet"))
 
-    t0 = time.perf_counter()
-    sample = sample_image(config, seed=args.seed)
-    stages.append(("assemble sample program + pack DRAM image",
-                   f"{len(sample.program)} groups, {len(sample.blob)} bytes "
-                   f"({time.perf_counter() - t0:.2f} s)"))
-    loaded = image.unpack(sample.blob, config)
-    if loaded.program != sample.program:
-        raise CliError("decoded program differs from the assembled one")
-    inp = loaded.tensor(image.SectionKind.INPUT, 0, config.lanes)
-    if (inp != sample.input).any():
-        raise CliError("input tensor read back from the image differs from the packed one")
-    stages.append(("validate image (checksums, fingerprint, instruction decode, address "
-                   "ranges)", "ok"))
-    for name in ("compile ONNX model", "golden model", "cycle-accurate model",
-                 "RTL on Verilator"):
-        stages.append((name, "not built yet"))
-
-    console.print(sections_table(loaded.layout))
-    console.print(program_table(loaded.program, title="sample program"))
+    console.print(program_table(compiled.program.instructions, title=description))
     table = Table(title="pipeline stages")
     table.add_column("stage")
     table.add_column("result")
-    for name, result in stages:
+    for stage, result in stages:
         style = "yellow" if result == "not built yet" else "green"
-        table.add_row(name, f"[{style}]{result}[/]")
+        table.add_row(stage, f"[{style}]{result}[/]")
     console.print(table)
+    if identical != 1.0:
+        console.print("[red]FAIL[/]: the golden model differs from onnxruntime")
+        return 1
     console.print("[green]PASS[/] (every available stage)")
     return 0
 
@@ -241,6 +295,13 @@ def cmd_compare(args) -> int:
     return 0 if worst == 0 else 1
 
 
+def cmd_bench(args) -> int:
+    from .bench import run_bench
+
+    run_bench(Path(args.output), args.config, args.models or None)
+    return 0
+
+
 def cmd_not_built(args) -> int:
     raise CliError(f"`{args.command}` is not built yet in this version of sfnpu")
 
@@ -265,7 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sim", help="run every available pipeline stage")
     s.add_argument("--config", default="tiny", choices=list(CONFIGS))
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--model", help="ONNX model path or builder name")
+    s.add_argument("--model", help=f"ONNX model path, builder name or bundled model "
+                   f"(default {DEFAULT_MODEL})")
     s.set_defaults(func=cmd_sim)
 
     def model_options(parser):
@@ -293,7 +355,13 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("b")
     cmp.set_defaults(func=cmd_compare)
 
-    for name in ("bench", "verilog", "bitstream", "firmware"):
+    b = sub.add_parser("bench", help="golden-model speed and node → group counts")
+    b.add_argument("models", nargs="*", help="builder names (default: all, ResNet-50 first)")
+    b.add_argument("--config", default="kcu1500", choices=list(CONFIGS))
+    b.add_argument("-o", "--output", default="build/bench")
+    b.set_defaults(func=cmd_bench)
+
+    for name in ("verilog", "bitstream", "firmware"):
         sub.add_parser(name, help="not built yet").set_defaults(func=cmd_not_built)
     return p
 

@@ -15,17 +15,19 @@ def run(capsys, *argv):
     return code, " ".join(capsys.readouterr().out.split())  # independent of line wrapping
 
 
-@pytest.mark.parametrize("config", ["tiny", "ecp5", "kcu1500"])
+@pytest.mark.parametrize("config", ["tiny", "kcu1500"])
 def test_sim_runs_every_available_stage(capsys, config):
     code, out = run(capsys, "sim", "--config", config)
-    assert code == 0
+    assert code == 0, out
     assert "PASS" in out and "not built yet" in out
-    assert "sample program" in out and "INSTRUCTIONS" in out
+    assert "100.0000% identical" in out and "top-1 8/8" in out
 
 
-def test_sim_with_a_model_says_what_is_missing(capsys):
-    code, out = run(capsys, "sim", "--model", "resnet18")
-    assert code == 2 and "ONNX front end is not built yet" in out
+def test_sim_with_a_builder_and_a_bad_model(capsys):
+    code, out = run(capsys, "sim", "--model", "mobilenet_v2")
+    assert code == 0 and "PASS" in out, out
+    code, out = run(capsys, "sim", "--model", "no_such_net")
+    assert code == 2 and "not a file, a builder" in out
 
 
 def test_image_command(capsys, tmp_path):
@@ -42,7 +44,7 @@ def test_image_command(capsys, tmp_path):
 def test_configs_and_not_built_commands(capsys):
     code, out = run(capsys, "configs")
     assert code == 0 and "kcu1500" in out and "4096 MAC/cycle" in out
-    for command in ("bench", "verilog", "bitstream", "firmware"):
+    for command in ("verilog", "bitstream", "firmware"):
         code, out = run(capsys, command)
         assert code == 2 and "not built yet" in out
 

@@ -1,0 +1,97 @@
+"""``make bench``: measured on this machine, printed with the command that produced it.
+
+* golden-model speed: ResNet-50 at 224×224 (target ≤ 10 s on 2 cores), and every other
+  architecture builder at its default input size;
+* fusion: ONNX nodes of each float model → groups (instructions) after quantisation.
+
+Weights are random and calibration is synthetic (fine for timing and structure; the figures
+say so). Results go to ``build/bench/bench.md`` and ``.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from .config import get_config
+
+__all__ = ["run_bench"]
+
+FIELDS = ("model", "input", "float ONNX nodes", "groups", "compile s", "golden s",
+          "identical to onnxruntime")
+
+
+def _bench_one(name: str, size: int, config, workdir: Path) -> dict:
+    import onnx
+
+    from .compiler import builders
+    from .compiler.pipeline import compile_model, run_onnxruntime
+    from .compiler.quantize import CalibrationSource, quantize_model
+    from .sim.golden import GoldenModel
+
+    model = builders.build(name, input_size=size)
+    path = workdir / f"{name}.qdq.onnx"
+    t0 = time.perf_counter()
+    quantize_model(model, path, CalibrationSource.synthetic(2, seed=0))
+    compiled = compile_model(path, config)
+    t1 = time.perf_counter()
+    x = np.random.default_rng(0).uniform(0, 1, (1, 3, size, size)).astype(np.float32)
+    blob = compiled.program.pack(compiled.quantise_inputs({model.graph.input[0].name: x}))
+    golden = GoldenModel(config)
+    t2 = time.perf_counter()
+    outputs = golden.outputs(blob)
+    t3 = time.perf_counter()
+    got = compiled.finish(outputs)
+    want = run_onnxruntime(onnx.load(str(path)), {model.graph.input[0].name: x})
+    same = np.mean([float((want[k] == got[k]).mean()) for k in want])
+    return {"model": name, "input": size, "float ONNX nodes": len(model.graph.node),
+            "groups": len(compiled.groups), "compile s": round(t1 - t0, 2),
+            "golden s": round(t3 - t2, 2), "identical to onnxruntime": f"{same:.4%}"}
+
+
+def run_bench(out_dir: Path = Path("build/bench"), config_name: str = "kcu1500",
+              models: list[str] | None = None) -> list[dict]:
+    from .compiler import builders
+
+    console = Console()
+    config = get_config(config_name)
+    sizes = {"resnet50": 224}
+    names = models or ["resnet50"] + [n for n in builders.BUILDERS if n != "resnet50"]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="sfnpu-bench-") as tmp, Progress(
+            console=console, transient=True) as progress:
+        task = progress.add_task("benchmarks", total=len(names))
+        for name in names:
+            progress.update(task, description=f"{name}: quantise, compile, run golden model")
+            size = sizes.get(name, builders.DEFAULT_INPUT_SIZE[name])
+            rows.append(_bench_one(name, size, config, Path(tmp)))
+            progress.advance(task)
+
+    table = Table(title=f"sfnpu bench — config {config.name}, {platform.processor() or 'cpu'}")
+    for f in FIELDS:
+        table.add_column(f)
+    for r in rows:
+        table.add_row(*(str(r[f]) for f in FIELDS))
+    console.print(table)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "bench.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = ["# sfnpu bench", "",
+             f"Command: `make bench` (`sfnpu bench`), config `{config.name}`, random weights, "
+             "synthetic calibration (2 samples), one image. Times are wall-clock seconds on "
+             "this machine.", "",
+             "| " + " | ".join(FIELDS) + " |", "|" + " --- |" * len(FIELDS)]
+    lines += ["| " + " | ".join(str(r[f]) for f in FIELDS) + " |" for r in rows]
+    (out_dir / "bench.md").write_text("\n".join(lines) + "\n")
+    console.print(f"wrote {out_dir / 'bench.md'} and {out_dir / 'bench.csv'}")
+    return rows
