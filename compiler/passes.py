@@ -52,26 +52,38 @@ def fold_silu(graph: Graph) -> tuple[Graph, bool]:
 def requantize_concat_inputs(graph: Graph) -> tuple[Graph, bool]:
     """A concat part quantised differently from the result goes through its own requantisation
     table first (onnxruntime's QLinearConcat, :func:`sfnpu.numeric.requant_table`), so that
-    every part can be written into the destination as it is."""
-    nodes, tensors, changed = [], dict(graph.tensors), False
+    every part can be written into the destination as it is. The table is placed right after
+    the part's producer, where fusion can append it to the producing group."""
+    tensors = dict(graph.tensors)
+    after: dict[str, list[Node]] = {}     # part → tables to insert after its producer
+    rewired = {}
     for node in graph.nodes:
-        if node.op == "concat":
-            dest = graph.tensors[node.output].qtype
-            parts = []
-            for part in node.inputs:
-                t = graph.tensors[part]
-                if t.qtype != dest:
-                    name = f"{part}.requant:{node.output}"
-                    table = numeric.requant_table(t.qtype.scale, t.qtype.zero_point, dest.scale,
-                                                  dest.zero_point, t.qtype.signed, dest.signed)
-                    tensors[name] = Tensor(name, t.shape, dest)
-                    nodes.append(Node(f"{node.name}.requant{len(parts)}", "table", (part,),
-                                      name, consts=dict(table=table.astype(dest.dtype))))
-                    part, changed = name, True
-                parts.append(part)
-            node = node.replace(inputs=tuple(parts))
+        if node.op != "concat":
+            continue
+        dest = graph.tensors[node.output].qtype
+        parts = []
+        for k, part in enumerate(node.inputs):
+            t = graph.tensors[part]
+            if t.qtype != dest:
+                name = f"{part}.requant:{node.output}"
+                table = numeric.requant_table(t.qtype.scale, t.qtype.zero_point, dest.scale,
+                                              dest.zero_point, t.qtype.signed, dest.signed)
+                tensors[name] = Tensor(name, t.shape, dest)
+                after.setdefault(part, []).append(
+                    Node(f"{node.name}.requant{k}", "table", (part,), name,
+                         consts=dict(table=table.astype(dest.dtype))))
+                part = name
+            parts.append(part)
+        rewired[node.output] = tuple(parts)
+    if not after:
+        return graph, False
+    nodes = [t for name in graph.inputs for t in after.get(name, [])]
+    for node in graph.nodes:
+        if node.output in rewired:
+            node = node.replace(inputs=rewired[node.output])
         nodes.append(node)
-    return (graph.replace(nodes=nodes, tensors=tensors), True) if changed else (graph, False)
+        nodes += after.get(node.output, [])
+    return graph.replace(nodes=nodes, tensors=tensors), True
 
 
 def drop_dead_nodes(graph: Graph) -> tuple[Graph, bool]:

@@ -1,0 +1,168 @@
+"""Compiler passes and group fusion on tiny hand-built graphs: structure plus numerical
+equivalence with onnxruntime (through the golden model)."""
+
+import numpy as np
+import onnx
+import pytest
+
+from sfnpu.compiler import ir
+from sfnpu.compiler.groups import fuse
+from sfnpu.compiler.importer import import_model
+from sfnpu.compiler.passes import (drop_dead_nodes, fold_silu, requantize_concat_inputs,
+                                   run_passes)
+from sfnpu.compiler.pipeline import compile_model, run_onnxruntime
+from sfnpu.compiler.quantize import CalibrationSource, quantize_model
+from sfnpu.config import get_config
+from sfnpu.sim.golden import GoldenModel
+from netbuild import Net
+
+TINY = get_config("tiny")
+
+
+def qdq(tmp_path, net, outputs, name):
+    path = tmp_path / f"{name}.onnx"
+    quantize_model(net.model(outputs), path, CalibrationSource.arrays(net.samples(16)))
+    return path
+
+
+def identical(path, net):
+    compiled = compile_model(path, TINY)
+    x = net.samples(1, seed=11, scale=1.2)
+    want = run_onnxruntime(onnx.load(str(path)), {"x": x})
+    got = compiled.run({"x": x}, GoldenModel(TINY).outputs)
+    return compiled, all((want[k] == got[k]).all() for k in want)
+
+
+def ops(graph):
+    return [n.op for n in graph.nodes]
+
+
+def test_batchnorm_folds_into_the_producer(tmp_path):
+    n = Net((4, 8, 8), name="bn")
+    c = n.conv("x", 4, 8, 3, bias=False)
+    bn = n.op("BatchNormalization", [c, n.const(n.rng.uniform(0.5, 2, 8)),
+                                     n.const(n.rng.standard_normal(8)),
+                                     n.const(n.rng.standard_normal(8)),
+                                     n.const(n.rng.uniform(0.5, 2, 8))])
+    path = qdq(tmp_path, n, [n.op("Relu", [bn])], "bn")
+    assert "BatchNormalization" not in {x.op_type for x in onnx.load(str(path)).graph.node}
+    compiled, same = identical(path, n)
+    assert ops(compiled.graph) == ["conv"] and same
+
+
+def test_preactivation_batchnorm_becomes_an_input_table(tmp_path):
+    n = Net((6, 8, 8), name="preact")
+    x = n.op("Relu", [n.conv("x", 6, 8, 3)])   # ReLU between conv and BN: BN cannot fold
+    bn = n.op("BatchNormalization", [x, n.const(n.rng.uniform(0.5, 2, 8)),
+                                     n.const(n.rng.standard_normal(8)),
+                                     n.const(n.rng.standard_normal(8)),
+                                     n.const(n.rng.uniform(0.5, 2, 8))])
+    y = n.conv(n.op("Relu", [bn]), 8, 4, 3)
+    path = qdq(tmp_path, n, [y], "preact")
+    compiled, same = identical(path, n)
+    assert same
+    assert ops(compiled.graph) == ["conv", "channel_table", "conv"]
+    assert [[m.op for m in g.nodes] for g in compiled.groups] == [["conv"],
+                                                                   ["channel_table", "conv"]]
+
+
+def test_silu_folds_into_one_table(tmp_path):
+    n = Net((4, 8, 8), name="silu")
+    c = n.conv("x", 4, 8, 3)
+    y = n.conv(n.op("Mul", [c, n.op("Sigmoid", [c])]), 8, 4, 1)
+    path = qdq(tmp_path, n, [y], "silu")
+    graph = import_model(path).graph
+    assert ops(graph) == ["conv", "table", "mul", "conv"]
+    folded, changed = fold_silu(graph)
+    assert changed and ops(folded) == ["conv", "table", "table", "conv"]
+    pruned, changed = drop_dead_nodes(folded)
+    assert changed and ops(pruned) == ["conv", "table", "conv"]
+    assert fold_silu(pruned) == (pruned, False)
+    compiled, same = identical(path, n)
+    assert same and [[m.op for m in g.nodes] for g in compiled.groups] == [["conv", "table"],
+                                                                           ["conv"]]
+
+
+def test_concat_parts_are_requantised_and_redirected(tmp_path):
+    n = Net((4, 8, 8), name="cat")
+    a = n.op("Relu", [n.conv("x", 4, 3, 1)])
+    b = n.op("Relu", [n.conv("x", 4, 5, 3)])
+    y = n.conv(n.op("Concat", [a, b], axis=1), 8, 4, 1)
+    path = qdq(tmp_path, n, [y], "cat")
+    graph = import_model(path).graph
+    requantised, changed = requantize_concat_inputs(graph)
+    parts = requantised.producer(next(x.output for x in requantised.nodes
+                                      if x.op == "concat")).inputs
+    dest = requantised.tensors[requantised.nodes[-2].output].qtype
+    assert all(requantised.tensors[p].qtype == dest for p in parts)
+    assert changed == any(graph.tensors[p].qtype != dest
+                          for p in graph.producer(requantised.nodes[-2].output).inputs)
+    compiled, same = identical(path, n)
+    assert same
+    redirected = [g for g in compiled.groups if g.dest]
+    assert [(g.channel_offset, g.dest) for g in redirected] == \
+        [(0, redirected[0].dest), (3, redirected[0].dest)]
+    assert all(g.nodes for g in compiled.groups)  # no copy groups needed
+
+
+def test_residual_add_streams_either_operand(tmp_path):
+    n = Net((8, 8, 8), name="res")
+    x = n.op("Relu", [n.conv("x", 8, 8, 3)])
+    y = n.conv(x, 8, 8, 3)
+    out = n.op("Relu", [n.op("Add", [x, y])])   # the conv output is the second operand
+    path = qdq(tmp_path, n, [out], "res")
+    compiled, same = identical(path, n)
+    assert same
+    assert [[m.op for m in g.nodes] for g in compiled.groups] == [["conv"], ["conv", "add"]]
+    assert compiled.program.instructions[1].eltwise.name == "ADD"
+
+
+def test_squeeze_excitation_scale_is_its_own_group(tmp_path):
+    n = Net((8, 8, 8), name="se")
+    x = n.op("Relu", [n.conv("x", 8, 8, 3, group=8)])
+    s = n.op("GlobalAveragePool", [x])
+    s = n.op("Sigmoid", [n.conv(n.op("Relu", [n.conv(s, 8, 4, 1)]), 4, 8, 1)])
+    y = n.conv(n.op("Mul", [x, s]), 8, 6, 1)
+    path = qdq(tmp_path, n, [y], "se")
+    compiled, same = identical(path, n)
+    assert same
+    kinds = [[m.op for m in g.nodes] for g in compiled.groups]
+    assert ["mul"] in kinds and kinds[-1] == ["conv"]
+
+
+def test_upsample_and_pool_fuse_behind_a_conv(tmp_path):
+    n = Net((4, 8, 8), name="fpn")
+    c = n.conv("x", 4, 8, 3)
+    p = n.op("MaxPool", [c], kernel_shape=[2, 2], strides=[2, 2])
+    up = n.op("Resize", [n.conv(p, 8, 8, 1), "", n.const([1, 1, 2, 2])], mode="nearest")
+    y = n.conv(n.op("Concat", [up, c], axis=1), 16, 4, 3)
+    path = qdq(tmp_path, n, [y], "fpn")
+    compiled, same = identical(path, n)
+    assert same
+    kinds = [[m.op for m in g.nodes] for g in compiled.groups]
+    assert ["conv", "resize"] in kinds or ["conv", "table", "resize"] in kinds
+
+
+def test_checker_rejects_broken_graphs():
+    q = ir.QType(0.1, 0, False)
+    t = {name: ir.Tensor(name, (1, 1, 1), q) for name in ("a", "b", "c")}
+    node = ir.Node("n", "table", ("a",), "b", consts=dict(table=np.zeros(256, np.uint8)))
+    ir.check(ir.Graph(t, (node,), ("a",), ("b",)))
+    with pytest.raises(ir.IRError, match="reads 'c' before it is produced"):
+        ir.check(ir.Graph(t, (node.replace(inputs=("c",)),), ("a",), ("b",)))
+    with pytest.raises(ir.IRError, match="writes 'b' again"):
+        ir.check(ir.Graph(t, (node, node), ("a",), ("b",)))
+    with pytest.raises(ir.IRError, match="unknown IR op 'softmax'"):
+        ir.check(ir.Graph(t, (node.replace(op="softmax"),), ("a",), ("b",)))
+    with pytest.raises(ir.IRError, match="graph output 'c' is never produced"):
+        ir.check(ir.Graph(t, (node,), ("a",), ("c",)))
+    with pytest.raises(ir.IRError, match="zero point 300"):
+        ir.QType(0.1, 300, False)
+
+
+def test_run_passes_reports_what_changed(tmp_path):
+    n = Net((4, 8, 8), name="plain")
+    path = qdq(tmp_path, n, [n.conv("x", 4, 4, 3)], "plain")
+    graph = import_model(path).graph
+    assert run_passes(graph) == (graph, [])
+    assert len(fuse(graph)) == 1
