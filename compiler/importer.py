@@ -59,6 +59,40 @@ def _where(node: onnx.NodeProto) -> str:
     return f"ONNX node {name!r} ({node.op_type})"
 
 
+def all_tensors(graph: onnx.GraphProto):
+    """Every TensorProto of a graph: initializers and attribute tensors, subgraphs included."""
+    yield from graph.initializer
+    for n in graph.node:
+        for a in n.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from all_tensors(a.g)
+            for sub in a.graphs:
+                yield from all_tensors(sub)
+
+
+def check_external_data(model: onnx.ModelProto, base_dir: Path, what: str) -> bool:
+    """Refuse external-data locations that leave ``base_dir``; True if the model has any."""
+    base = base_dir.resolve()
+    found = False
+    for t in all_tensors(model.graph):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        found = True
+        loc = {e.key: e.value for e in t.external_data}.get("location", "")
+        target = (base / loc).resolve()
+        if not loc or Path(loc).is_absolute() or not target.is_relative_to(base):
+            raise ModelError(f"{what}: tensor {t.name!r} stores its data at {loc!r}, outside "
+                             f"the model's folder {base}; refusing to read it (copy the data "
+                             "next to the model)")
+        if not target.is_file():
+            raise ModelError(f"{what}: external data file {loc!r} of tensor {t.name!r} is "
+                             "missing")
+    return found
+
+
 def load_model(src) -> onnx.ModelProto:
     """Read a model from a path (external data only from the model's own folder) or take a
     ModelProto as is."""
@@ -71,16 +105,8 @@ def load_model(src) -> onnx.ModelProto:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as e:  # protobuf raises several unrelated types
         raise ModelError(f"{path}: not a readable ONNX model ({e})") from None
-    folder = path.resolve().parent
-    for tensor in onnx.external_data_helper._get_all_tensors(model):
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-        target = (folder / location).resolve()
-        if folder not in target.parents:
-            raise ModelError(f"{path}: tensor {tensor.name!r} refers to external data "
-                             f"{location!r} outside the model's folder; refusing to read it")
-    onnx.load_external_data_for_model(model, str(folder))
+    if check_external_data(model, path.parent, str(path)):
+        onnx.load_external_data_for_model(model, str(path.parent))
     return model
 
 

@@ -49,6 +49,8 @@ import onnx
 from onnx import helper, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader
 
+from .importer import all_tensors
+
 __all__ = [
     "IMAGE_SUFFIXES",
     "CalibrationSource",
@@ -76,40 +78,14 @@ class QuantizeError(ValueError):
 # loading and checking
 
 
-def _all_tensors(graph: onnx.GraphProto):
-    """Every TensorProto of a graph: initializers and attribute tensors, subgraphs included."""
-    yield from graph.initializer
-    for n in graph.node:
-        for a in n.attribute:
-            if a.HasField("t"):
-                yield a.t
-            yield from a.tensors
-            if a.HasField("g"):
-                yield from _all_tensors(a.g)
-            for sub in a.graphs:
-                yield from _all_tensors(sub)
-
-
 def _check_external_data(model: onnx.ModelProto, base_dir: pathlib.Path, what: str) -> bool:
-    """Refuse external-data locations that leave ``base_dir``; True if the model has any."""
-    base = base_dir.resolve()
-    tensors = list(_all_tensors(model.graph))
-    found = False
-    for t in tensors:
-        if t.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        found = True
-        info = {e.key: e.value for e in t.external_data}
-        loc = info.get("location", "")
-        target = (base / loc).resolve()
-        if not loc or pathlib.PurePath(loc).is_absolute() or not target.is_relative_to(base):
-            raise QuantizeError(
-                f"{what}: tensor {t.name!r} stores its data at {loc!r}, outside the model's "
-                f"folder {base}; refusing to read it (copy the data next to the model)"
-            )
-        if not target.is_file():
-            raise QuantizeError(f"{what}: external data file {loc!r} of tensor {t.name!r} is missing")
-    return found
+    """The importer's external-data check (one definition), reported as a QuantizeError."""
+    from .importer import ModelError, check_external_data
+
+    try:
+        return check_external_data(model, base_dir, what)
+    except ModelError as e:
+        raise QuantizeError(str(e)) from None
 
 
 def load_float_model(model: onnx.ModelProto | str | pathlib.Path) -> onnx.ModelProto:
@@ -125,7 +101,7 @@ def load_float_model(model: onnx.ModelProto | str | pathlib.Path) -> onnx.ModelP
         proto.CopyFrom(model)
         if any(
             t.data_location == onnx.TensorProto.EXTERNAL
-            for t in _all_tensors(proto.graph)
+            for t in all_tensors(proto.graph)
         ):
             raise QuantizeError(
                 f"{what} references external data that is not loaded; pass the model's path instead"
