@@ -324,6 +324,9 @@ class _Importer:
             # The host runs it, and everything after it; host_plan refuses that when
             # convolutions or pooling would follow.
             return
+        if sum(bool(o) for o in node.output) > 1:
+            raise ModelError(f"{_where(node)}: {len(node.output)} outputs "
+                             f"({', '.join(node.output)}); the accelerator produces one")
         quantised = self.quantised_output(node)
         if quantised is None:
             return  # its output leaves the quantised domain: host epilogue
@@ -400,6 +403,11 @@ class _Importer:
             bias_name = node.input[2] if len(node.input) > 2 and node.input[2] else None
         else:
             weight, w_scale, w_zp, axis = self.const_dq(node.input[1], node, "weight")
+            a_shape = self.m.shapes.get(node.input[0])
+            if weight.ndim != 2 or a_shape is None or len(a_shape) != 2:
+                raise ModelError(f"{_where(node)}: {node.op_type} of a {a_shape} input and a "
+                                 f"{weight.shape} constant; sfnpu runs (1, K) x (K, N) as a "
+                                 "convolution")
             trans_b = _attr(node, "transB", 0) if node.op_type == "Gemm" else 0
             if node.op_type == "Gemm" and (_attr(node, "transA", 0) or
                                            _attr(node, "alpha", 1.0) != 1.0 or
@@ -506,15 +514,34 @@ class _Importer:
         self.add_tensor(out, (sum(p.shape[0] for p in parts), *hw.pop()), qtype)
         self.nodes.append(Node(node.name, "concat", tuple(p.name for p in parts), out))
 
+    #: (coordinate_transformation_mode, nearest_mode) pairs for which a nearest ×2 resize
+    #: reads input o // 2 — what the accelerator does (measured against onnxruntime).
+    _RESIZE_OK = {(c, n) for c in ("half_pixel", "pytorch_half_pixel", "align_corners")
+                  for n in ("round_prefer_floor", "round_prefer_ceil")} | {
+        ("asymmetric", "floor"), ("asymmetric", "round_prefer_floor"),
+        ("tf_half_pixel_for_nn", "floor")}
+
     def resize_node(self, node, out, qtype):
         x = self.input_tensor(node)
-        mode = _attr(node, "mode", b"nearest")
-        mode = mode.decode() if isinstance(mode, bytes) else mode
+
+        def text(name, default):
+            v = _attr(node, name, default)
+            return v.decode() if isinstance(v, bytes) else v
+        mode = text("mode", "nearest")
+        if node.op_type == "Upsample":
+            coords, nearest = "asymmetric", "floor"   # Upsample's definition
+        else:
+            coords = text("coordinate_transformation_mode", "half_pixel")
+            nearest = text("nearest_mode", "round_prefer_floor")
         out_shape = self.m.shapes.get(node.output[0])
         c, h, w = x.shape
         if mode != "nearest" or out_shape is None or tuple(out_shape[1:]) != (c, 2 * h, 2 * w):
             raise ModelError(f"{_where(node)}: only nearest-neighbour 2x upsampling is "
                              f"supported (mode {mode!r}, output {out_shape})")
+        if (coords, nearest) not in self._RESIZE_OK:
+            raise ModelError(f"{_where(node)}: coordinate_transformation_mode={coords!r} with "
+                             f"nearest_mode={nearest!r} does not read input pixel o // 2; "
+                             f"supported: {sorted(self._RESIZE_OK)}")
         if qtype != x.qtype:
             raise ModelError(f"{_where(node)}: Resize changes the quantisation")
         self.add_tensor(out, (c, 2 * h, 2 * w), qtype)
@@ -723,6 +750,11 @@ class _Importer:
                 f"{_where(culprit)}: not executable on the accelerator, and {len(heavy)} "
                 f"compute node(s) after it ({', '.join(sorted({n.op_type for n in heavy}))}) "
                 f"would have to run on the host; supported: {', '.join(sorted(SUPPORTED_OPS))}")
+        available = set(feeds) | {o for n in patched for o in n.output}
+        missing = [o.name for o in g.output if o.name not in available]
+        if missing:
+            raise ModelError(f"model outputs {missing} are produced by nothing the host or the "
+                             "accelerator runs")
         epilogue_inputs = []
         for name, (ir_name, _) in feeds.items():
             vi = value_info(ir_name)

@@ -597,6 +597,25 @@ def _method(calibrate_method):
     return getattr(CalibrationMethod, _METHODS[key])
 
 
+#: The newest ONNX IR version onnxruntime reads; models saved with a newer one are relabelled
+#: (the opsets sfnpu accepts, 11–21, all exist at this IR version).
+ORT_MAX_IR_VERSION = 10
+
+
+def _reported(step):
+    """Run an onnxruntime quantisation step; its failures become a QuantizeError."""
+    def run(*args, **kwargs):
+        try:
+            return step(*args, **kwargs)
+        except QuantizeError:
+            raise
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise QuantizeError(f"onnxruntime could not quantise the model "
+                                f"({step.__name__}): {first}") from None
+    return run
+
+
 def quantize_model(
     model: onnx.ModelProto | str | pathlib.Path,
     out_path: str | pathlib.Path,
@@ -655,6 +674,11 @@ def quantize_model(
     proto, changed = upgrade_opset(proto, wanted)
     if changed:
         notes.append(f"opset {before} -> {wanted}")
+    if proto.ir_version > ORT_MAX_IR_VERSION:
+        # Newer onnx writes IR versions onnxruntime cannot read; the opsets sfnpu accepts
+        # need no more than this one.
+        notes.append(f"IR version {proto.ir_version} -> {ORT_MAX_IR_VERSION}")
+        proto.ir_version = ORT_MAX_IR_VERSION
 
     with tempfile.TemporaryDirectory(prefix="sfnpu-quant-") as tmp:
         tmp = pathlib.Path(tmp)
@@ -669,7 +693,7 @@ def quantize_model(
                 f"symbolic shape inference failed ({why}); "
                 "pre-processed without it (static shapes)"
             )
-            quant_pre_process(str(prepared), str(pre), skip_symbolic_shape=True)
+            _reported(quant_pre_process)(str(prepared), str(pre), skip_symbolic_shape=True)
         if hardswish:
             fused, n_fused = fuse_hardswish(onnx.load(str(pre)))
             if n_fused:
@@ -677,7 +701,8 @@ def quantize_model(
                 onnx.save(fused, str(pre))
 
         out_path.parent.mkdir(parents=True, exist_ok=True)
-        quantize_static(
+        _quantize_static = _reported(quantize_static)
+        _quantize_static(
             str(pre),
             str(out_path),
             SampleReader(inputs[0].name, samples),
