@@ -440,8 +440,8 @@ def _conv_output(size: int, pad_a: int, pad_b: int, k: int, s: int) -> int:
 
 
 def _pool_outputs(size: int, k: int, s: int, p: int) -> set[int]:
-    span = size + 2 * p - k
-    return {span // s + 1, -(-span // s) + 1}  # floor and ceil mode
+    from .numeric import pool_output_size  # floor and ceil mode, as onnxruntime sizes them
+    return {pool_output_size(size, k, s, p, p, ceil) for ceil in (False, True)}
 
 
 def expected_output_hw(instr: Instruction) -> tuple[set[int], set[int]]:

@@ -3,6 +3,7 @@
 from hypothesis import strategies as st
 
 from sfnpu import isa
+from sfnpu.numeric import pool_output_size
 from sfnpu.isa import Activation, ActOrder, ConvKind, Eltwise, InputTransform, MemSpace, Pool
 
 
@@ -11,8 +12,7 @@ def _conv_out(size, pad_a, pad_b, k, s):
 
 
 def _pool_out(size, k, s, p, ceil):
-    span = size + 2 * p - k
-    return (-(-span // s) if ceil else span // s) + 1
+    return pool_output_size(size, k, s, p, p, ceil)
 
 
 locations = st.builds(lambda space, offset: isa.Location(space=space, offset=offset),

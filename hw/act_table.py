@@ -1,0 +1,151 @@
+"""Activation table stage: every 8-bit code of a beat looked up in a 256-entry table.
+
+A unary op between DequantizeLinear and QuantizeLinear (HardSwish, Sigmoid, LeakyRelu, …) and
+the per-channel input transform (:attr:`sfnpu.isa.InputTransform.CHANNEL_TABLE`) are exact
+int8 → int8 tables indexed by the raw byte (:func:`sfnpu.numeric.apply_table`). Codes travel as
+raw bytes, so the lookup needs no signedness: the table already holds the output type's bytes.
+
+A beat carries ``lanes`` codes, all looked up in the same cycle, so every lane has its own copy
+of the table (one memory per lane; in the shared mode all copies are written together). The
+tables are loaded through a byte-wide write port from the group's parameter block before the
+stream starts.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["ActivationTable", "TABLE_ENTRIES"]
+
+#: Entries of one table: one per 8-bit code.
+TABLE_ENTRIES = 256
+
+
+class ActivationTable(wiring.Component):
+    """``y[lane] = table[x[lane] & 0xFF]`` for every lane of every beat.
+
+    Parameters
+    ----------
+    lanes : int
+        Codes per beat (``HwConfig.lanes``); a power of two.
+    per_channel : bool
+        False: one table shared by all channels (``act_table`` section, :class:`Activation.TABLE
+        <sfnpu.isa.Activation>`). True: one table per channel (``channel_table`` section,
+        :class:`InputTransform.CHANNEL_TABLE <sfnpu.isa.InputTransform>`); lane *l* of a beat of
+        channel block *b* uses the table of channel ``b·lanes + l``.
+    max_channels : int
+        Per-channel mode: channels whose tables fit on chip (a multiple of ``lanes``).
+
+    Signature
+    ---------
+    i_stream : In(stream.Signature(ArrayLayout(8, lanes)))
+        Codes, one channel block of one pixel per beat (raw bytes, int8 or uint8).
+    o_stream : Out(stream.Signature(ArrayLayout(8, lanes)))
+        Looked-up codes (raw bytes of the table's output type).
+    enable : In(1)
+        Configuration: 0 bypasses the stage (``o_stream`` is ``i_stream``, combinationally).
+    channel_block : In(range(max_channels // lanes))
+        Per-channel mode only: channel block of the beat on ``i_stream`` (sampled with it).
+    write_addr : In(range(256)) or In(range(256 · max_channels))
+        Table entry to write: the code; per-channel, ``channel·256 + code`` — the byte offset
+        within the parameter section, so a DMA copies the section unchanged.
+    write_data : In(8)
+        Entry value (raw byte).
+    write_en : In(1)
+        Write ``write_data`` at ``write_addr`` this cycle (one entry per cycle).
+
+    Configuration and table contents may change only between groups: once every input beat
+    has been accepted and every output beat delivered.
+
+    Timing: one beat per cycle; latency one cycle (the table memories' read register). A stall
+    on ``o_stream`` holds the looked-up beat and stalls ``i_stream``. Bypass has no latency.
+    """
+
+    #: Cycles from an accepted input beat to its output beat (when not stalled).
+    LATENCY = 1
+
+    def __init__(self, lanes: int, *, per_channel: bool = False, max_channels: int | None = None):
+        if lanes < 1 or lanes & (lanes - 1):
+            raise ValueError(f"lanes must be a power of two, not {lanes}")
+        self.lanes = lanes
+        self.per_channel = bool(per_channel)
+        if self.per_channel:
+            if not max_channels or max_channels % lanes:
+                raise ValueError(f"max_channels must be a positive multiple of {lanes} "
+                                 f"(lanes), not {max_channels}")
+            self.blocks = max_channels // lanes
+        else:
+            if max_channels is not None:
+                raise ValueError("max_channels applies to the per-channel mode only")
+            self.blocks = 1
+        self.max_channels = self.blocks * lanes
+        beat = stream.Signature(data.ArrayLayout(8, lanes))
+        members = {
+            "i_stream": In(beat),
+            "o_stream": Out(beat),
+            "enable": In(1),
+            "write_addr": In(range(TABLE_ENTRIES * (self.max_channels if self.per_channel
+                                                     else 1))),
+            "write_data": In(8),
+            "write_en": In(1),
+        }
+        if self.per_channel:
+            members["channel_block"] = In(range(self.blocks))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes, blocks = self.lanes, self.blocks
+        lane_bits = (lanes - 1).bit_length()
+
+        # Write address → (channel block, lane, code); the shared table goes to every lane.
+        code = self.write_addr[:8]
+        channel = self.write_addr[8:]
+        write_lane = channel[:lane_bits]
+        write_block = channel[lane_bits:]
+
+        looked_up_valid = Signal()          # the memories' read registers hold a beat
+        advance = ~looked_up_valid | self.o_stream.ready
+
+        for lane in range(lanes):
+            table = Memory(shape=8, depth=TABLE_ENTRIES * blocks, init=[])
+            m.submodules[f"table_{lane}"] = table
+            write = table.write_port()
+            read = table.read_port()
+            if self.per_channel:
+                lane_selected = write_lane == lane if lanes > 1 else 1
+                m.d.comb += [
+                    write.addr.eq(Cat(code, write_block)),
+                    write.en.eq(self.write_en & lane_selected),
+                    read.addr.eq(Cat(self.i_stream.payload[lane], self.channel_block)),
+                ]
+            else:
+                m.d.comb += [
+                    write.addr.eq(code),
+                    write.en.eq(self.write_en),
+                    read.addr.eq(self.i_stream.payload[lane]),
+                ]
+            m.d.comb += [
+                write.data.eq(self.write_data),
+                read.en.eq(advance),        # a stalled output keeps its looked-up value
+            ]
+            with m.If(self.enable):
+                m.d.comb += self.o_stream.payload[lane].eq(read.data)
+
+        with m.If(self.enable):
+            m.d.comb += [
+                self.i_stream.ready.eq(advance),
+                self.o_stream.valid.eq(looked_up_valid),
+            ]
+            with m.If(advance):
+                m.d.sync += looked_up_valid.eq(self.i_stream.valid)
+        with m.Else():
+            m.d.comb += [
+                self.o_stream.payload.eq(self.i_stream.payload),
+                self.o_stream.valid.eq(self.i_stream.valid),
+                self.i_stream.ready.eq(self.o_stream.ready),
+            ]
+        return m

@@ -1,0 +1,342 @@
+"""SE channel scale (Eltwise.CHANNEL_SCALE): onnxruntime's QLinearMul, bit for bit.
+
+The numeric contract (:func:`sfnpu.numeric.qlinear_mul_codes`) is::
+
+    p = (a − a_zp)(b − b_zp)                               exact integer
+    t = float32(float32(float32(p) · m) + float32(y_zp))   two float32 roundings, ties to even
+    y = sat8(cvtps_epi32(t))                               ties to even; |t| ≥ 2³¹ or NaN → lo
+
+``a`` is the feature map, ``b`` the channel's scale code (constant over the channel block).
+The zero point is added in float32 *before* the conversion to an integer, so a product just
+below a half (``k.49999997``) can become a tie; adding it after rounding would differ.
+
+Only results inside the output range need their exact value, and ``|float32(p)·m| < ¼`` gives
+``y = clamp(y_zp)`` whatever the roundings do, so :class:`ChannelScaleLane` converts the
+float32 product to fixed point (25 fraction bits) whenever ``¼ ≤ |p·m| < 2¹⁰``, adds the zero
+point exactly there, and rounds that sum to 24 significant bits and then to an integer. Larger
+products saturate by sign — except that ``cvtps_epi32`` turns ``t ≥ 2³¹`` into INT32_MIN, i.e.
+``lo``, which the lane reproduces too.
+
+:class:`ChannelScale` runs ``lanes`` such lanes on a feature-map stream and takes one beat of
+scale codes per channel block from a second stream.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, EnableInserter, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .requant import FLOAT32_BIAS, Requantizer
+
+__all__ = ["ChannelScaleLane", "ChannelScale"]
+
+#: Fraction bits of the fixed-point sum float32(p)·m + y_zp: enough for every float32 product
+#: of magnitude ≥ ¼ below 2^10 (its last significand bit is then worth ≥ 2^−25).
+_FRACTION_BITS = 25
+#: Products of magnitude ≥ 2^10 saturate: 2^10 − 256 already lies beyond every output range.
+_SATURATION_EXPONENT = 10
+
+
+class ChannelScaleLane(wiring.Component):
+    """One lane of :class:`ChannelScale`: ``y`` from the codes ``a`` and ``b``, bit-exact
+    with :func:`sfnpu.numeric.qlinear_mul_codes` for every input, zero point and float32
+    multiplier (including 0, subnormal, negative, huge, ±infinity and NaN).
+
+    Signature
+    ---------
+    a, b : In(8)
+        Raw codes of the two operands (feature map, channel scale).
+    valid : In(1)
+        Marks a meaningful input; delayed alongside the data.
+    a_signed, b_signed : In(1)
+        Configuration: ``a`` / ``b`` are int8 (1) or uint8 (0).
+    a_zp, b_zp : In(signed(9))
+        Configuration: zero points of ``a`` and ``b``.
+    multiplier : In(32)
+        Configuration: float32 bit pattern of ``m`` (:func:`sfnpu.numeric.qlinear_mul_multiplier`;
+        the post record's ``eltwise_const[0]``).
+    y_zp : In(signed(9))
+        Configuration: output zero point.
+    out_signed : In(1)
+        Configuration: output is int8 (1) or uint8 (0); ``y`` lies in that range.
+    y : Out(signed(9))
+        The result (its low 8 bits are the output code).
+    y_valid : Out(1)
+        ``valid`` delayed by :attr:`LATENCY`.
+
+    Configuration inputs must be stable while the pipeline holds a valid input.
+
+    Timing: fully pipelined, one input per (enabled) cycle; ``y`` follows its inputs after
+    :attr:`LATENCY` (7) cycles. Stages:
+    1. ``p = (a − a_zp)(b − b_zp)``;
+    2. float32(p): magnitude normalised to its leading one (exact, |p| < 2^18);
+    3. 18 × 24-bit significand product;
+    4. round it to 24 bits (the float32 product); classify (negligible / fixed point / saturate)
+       and shift the in-range ones to fixed point;
+    5. add ``y_zp`` in fixed point (exact);
+    6. round the sum to 24 significant bits (the float32 sum);
+    7. round to an integer, apply the sign, saturate.
+    """
+
+    #: Cycles from the inputs to ``y``.
+    LATENCY = 7
+
+    #: Round to nearest, ties to even, at a fixed bit position (shared with the requantiser;
+    #: overridable, so a test can check that a broken rounding is caught).
+    round_half_even = staticmethod(Requantizer.round_half_even)
+
+    def __init__(self):
+        super().__init__({
+            "a": In(8),
+            "b": In(8),
+            "valid": In(1),
+            "a_signed": In(1),
+            "a_zp": In(signed(9)),
+            "b_signed": In(1),
+            "b_zp": In(signed(9)),
+            "multiplier": In(32),
+            "y_zp": In(signed(9)),
+            "out_signed": In(1),
+            "y": Out(signed(9)),
+            "y_valid": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+
+        def stage(value, name, shape=None):
+            """One pipeline register; datapath registers need no reset."""
+            reg = Signal(shape if shape is not None else value.shape(), name=name,
+                         reset_less=True)
+            m.d.sync += reg.eq(value)
+            return reg
+
+        valid = self.valid
+        for index in range(self.LATENCY - 1):
+            valid = stage(valid, f"valid_{index + 1}")
+        m.d.sync += self.y_valid.eq(valid)
+
+        # The multiplier is configuration: decoded once, used by stages 2–4.
+        m_biased_exponent = self.multiplier[23:31]
+        m_special = m_biased_exponent == 0xFF              # ±infinity or NaN: t is ±inf/NaN
+        # Zero and subnormal multipliers are read with the hidden one too: their products then
+        # come out below 2^−100, negligible like the true ones (below 2^−108).
+        m_significand = Cat(self.multiplier[:23], 1)
+
+        # -- stage 1: the exact integer product ----------------------------------------------
+        a_value = Mux(self.a_signed, self.a.as_signed(), self.a)
+        b_value = Mux(self.b_signed, self.b.as_signed(), self.b)
+        s1_product = stage((a_value - self.a_zp) * (b_value - self.b_zp), "s1_product",
+                           signed(20))                     # |p| ≤ 383² < 2^18
+
+        # -- stage 2: float32(p), exact: sign and magnitude normalised to bit 17 -------------
+        magnitude = Signal(18)
+        m.d.comb += magnitude.eq(Mux(s1_product < 0, -s1_product, s1_product))
+        leading_zeros = Signal(range(18))
+        for bit in range(18):                              # later assignments win
+            with m.If(magnitude[bit]):
+                m.d.comb += leading_zeros.eq(17 - bit)
+        s2_significand = stage((magnitude << leading_zeros)[:18], "s2_significand", 18)
+        s2_exponent = stage(17 - leading_zeros, "s2_exponent", range(18))   # |p| ∈ [2^e, 2^e+1)
+        s2_zero = stage(magnitude == 0, "s2_zero")
+        s2_negative = stage((s1_product < 0) ^ self.multiplier[31], "s2_negative")
+
+        # -- stage 3: significand product ------------------------------------------------------
+        # |p| = P·2^(e−17), m = M·2^(E−150), P ∈ [2^17, 2^18), M ∈ [2^23, 2^24): the product is
+        # P·M·2^(e+E−167) with P·M ∈ [2^40, 2^42); reading bit 40 as the leading one gives the
+        # exponent e + E − 127 (one more when bit 41 is set).
+        s3_product = stage(s2_significand * m_significand, "s3_product", 42)
+        s3_exponent = stage(s2_exponent + m_biased_exponent - FLOAT32_BIAS, "s3_exponent",
+                            signed(10))
+        s3_zero = stage(s2_zero, "s3_zero")
+        s3_negative = stage(s2_negative, "s3_negative")
+
+        # -- stage 4: the float32 product, classified and in fixed point ----------------------
+        high = s3_product[41]
+        rounded = Mux(high, self.round_half_even(s3_product, 18),
+                      self.round_half_even(s3_product[:41], 17))          # 25 bits
+        carry = rounded[24]
+        significand = Mux(carry, rounded[1:], rounded[:24])
+        exponent = Signal(signed(11))                      # |float32(p)·m| ∈ [2^X, 2^X+1)
+        m.d.comb += exponent.eq(s3_exponent + high + carry)
+        # |product| < ¼ (X ≤ −3): rint(float32(product + y_zp)) = y_zp, as for a zero product.
+        negligible = s3_zero | (exponent < -2)
+        saturates = ~negligible & (exponent >= _SATURATION_EXPONENT)
+        # cvtps_epi32 gives INT32_MIN for t ≥ 2^31. Below 2^31 the largest float32 is
+        # 2^31 − 128 (X = 30, all-ones significand): adding y_zp ≥ 64 rounds it up to 2^31.
+        beyond_int32 = (exponent >= 31) | ((exponent == 30) & (significand == 0xFFFFFF)
+                                           & (self.y_zp >= 64))
+        shift = Signal(range(_SATURATION_EXPONENT + 2))
+        m.d.comb += shift.eq(Mux(negligible | saturates, 0, exponent + 2))
+        fixed = Signal(24 + _SATURATION_EXPONENT + 1)      # |product|·2^25 < 2^35
+        m.d.comb += fixed.eq(Mux(negligible | saturates, 0, significand << shift))
+        s4_fixed = stage(fixed, "s4_fixed")
+        s4_negative = stage(s3_negative, "s4_negative")
+        # Saturated and special results, decided here; the datapath then carries y_zp only.
+        s4_to_lo = stage(m_special | (saturates & (s3_negative | beyond_int32)), "s4_to_lo")
+        s4_to_hi = stage(~m_special & saturates & ~s3_negative & ~beyond_int32, "s4_to_hi")
+
+        # -- stage 5: + y_zp, exactly, in fixed point -----------------------------------------
+        total = Mux(s4_negative, -s4_fixed, s4_fixed) + (self.y_zp << _FRACTION_BITS)
+        s5_sum = stage(total, "s5_sum", signed(37))        # |sum| < (2^10 + 2^8)·2^25 < 2^36
+        s5_to_lo = stage(s4_to_lo, "s5_to_lo")
+        s5_to_hi = stage(s4_to_hi, "s5_to_hi")
+
+        # -- stage 6: the float32 sum: round |sum| to 24 significant bits ---------------------
+        sum_magnitude = Signal(36)
+        m.d.comb += sum_magnitude.eq(Mux(s5_sum < 0, -s5_sum, s5_sum))
+        # Bit i is dropped when the leading one is at 24 + i or above (i < 12; the leading one
+        # is at bit 35 at most, so bits 12 and up are always kept).
+        droppable = 36 - 24
+        dropped = [sum_magnitude[i + 24:].any() for i in range(droppable)] + [Const(0, 1)]
+        guard = Cat(*(sum_magnitude[i] & dropped[i] & ~dropped[i + 1]
+                      for i in range(droppable))).any()
+        sticky = Cat(*(sum_magnitude[i] & dropped[i + 1] for i in range(droppable))).any()
+        last_kept = Cat(Const(0, 1), *(~dropped[i] & dropped[i - 1]
+                                       for i in range(1, droppable + 1)))   # one-hot, or 0
+        odd = (sum_magnitude[:droppable + 1] & last_kept).any()
+        keep = Cat(*(~bit for bit in dropped[:droppable]), Const((1 << 24) - 1, 24))
+        sum_rounded = (sum_magnitude & keep) + Mux(guard & (sticky | odd), last_kept, 0)
+        s6_rounded = stage(sum_rounded, "s6_rounded", 37)
+        s6_negative = stage(s5_sum < 0, "s6_negative")
+        s6_to_lo = stage(s5_to_lo, "s6_to_lo")
+        s6_to_hi = stage(s5_to_hi, "s6_to_hi")
+
+        # -- stage 7: rint, sign, saturate ----------------------------------------------------
+        integer = self.round_half_even(s6_rounded, _FRACTION_BITS)        # < 2^11
+        value = Signal(signed(13))
+        m.d.comb += value.eq(Mux(s6_negative, -integer, integer))
+        lo = Mux(self.out_signed, -128, 0)
+        hi = Mux(self.out_signed, 127, 255)
+        with m.If(s6_to_lo):
+            m.d.sync += self.y.eq(lo)
+        with m.Elif(s6_to_hi | (value > hi)):
+            m.d.sync += self.y.eq(hi)
+        with m.Elif(value < lo):
+            m.d.sync += self.y.eq(lo)
+        with m.Else():
+            m.d.sync += self.y.eq(value)
+        return m
+
+
+class ChannelScale(wiring.Component):
+    """Squeeze-and-excitation channel scale: every pixel of channel block *k* of the feature
+    map multiplied (QLinearMul) by channel block *k* of the scale vector.
+
+    Parameters
+    ----------
+    lanes : int
+        Codes per beat (``HwConfig.lanes``).
+    max_height, max_width : int
+        Largest feature-map sizes (the ISA's 12-bit fields by default).
+
+    Signature
+    ---------
+    i_stream : In(stream.Signature(ArrayLayout(8, lanes)))
+        Feature map ``a``: ``in_h · in_w`` beats per channel block, blocks back to back.
+    s_stream : In(stream.Signature(ArrayLayout(8, lanes)))
+        Scale codes ``b`` (the ``shortcut`` tensor, ``C × 1 × 1``): one beat per channel block,
+        taken with the block's first pixel.
+    o_stream : Out(stream.Signature(ArrayLayout(8, lanes)))
+        Scaled codes, one beat per input beat.
+    enable : In(1)
+        Configuration: 0 bypasses the stage (``o_stream`` is ``i_stream``, combinationally;
+        ``s_stream`` is not read).
+    in_h, in_w : In(...)
+        Configuration: pixels per channel block.
+    a_signed, a_zp, b_signed, b_zp, multiplier, y_zp, out_signed :
+        Configuration, as in :class:`ChannelScaleLane` (instruction: ``sc_signed``/``sc_zp``
+        for ``b``; post record: ``eltwise_const[0]`` and the eltwise stage's zero point/type).
+
+    Configuration may change only between groups: once every input beat has been accepted
+    and every output beat delivered.
+
+    Timing: one beat per cycle; latency :attr:`LATENCY` (7) cycles. A stall on ``o_stream``
+    freezes the lanes' pipelines (clock enable), so nothing inside is lost or duplicated.
+    """
+
+    LATENCY = ChannelScaleLane.LATENCY
+
+    def __init__(self, lanes: int, max_height: int = 4095, max_width: int = 4095):
+        if lanes < 1 or max_height < 1 or max_width < 1:
+            raise ValueError(f"lanes and sizes must be positive ({lanes}, {max_height}, "
+                             f"{max_width})")
+        self.lanes = lanes
+        self.max_height = max_height
+        self.max_width = max_width
+        beat = stream.Signature(data.ArrayLayout(8, lanes))
+        super().__init__({
+            "i_stream": In(beat),
+            "s_stream": In(beat),
+            "o_stream": Out(beat),
+            "enable": In(1),
+            "in_h": In(range(1, max_height + 1)),
+            "in_w": In(range(1, max_width + 1)),
+            "a_signed": In(1),
+            "a_zp": In(signed(9)),
+            "b_signed": In(1),
+            "b_zp": In(signed(9)),
+            "multiplier": In(32),
+            "y_zp": In(signed(9)),
+            "out_signed": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes = self.lanes
+
+        # The whole pipeline advances when its last stage is empty or being read.
+        output_valid = Signal()
+        advance = ~output_valid | self.o_stream.ready
+
+        column = Signal(range(self.max_width))
+        row = Signal(range(self.max_height))
+        block_start = Signal(init=1)            # the next beat is a block's first pixel
+        scale = Signal(data.ArrayLayout(8, lanes))
+        last_pixel = (column == self.in_w - 1) & (row == self.in_h - 1)
+
+        scale_ready = ~block_start | self.s_stream.valid
+        accept = Signal()
+        m.d.comb += accept.eq(self.enable & advance & self.i_stream.valid & scale_ready)
+        with m.If(accept):
+            m.d.sync += [
+                column.eq(Mux(column == self.in_w - 1, 0, column + 1)),
+                block_start.eq(last_pixel),
+            ]
+            with m.If(column == self.in_w - 1):
+                m.d.sync += row.eq(Mux(last_pixel, 0, row + 1))
+            with m.If(block_start):
+                m.d.sync += scale.eq(self.s_stream.payload)
+        current_scale = Signal(data.ArrayLayout(8, lanes))
+        m.d.comb += current_scale.eq(Mux(block_start, self.s_stream.payload, scale))
+
+        for lane in range(lanes):
+            unit = ChannelScaleLane()
+            m.submodules[f"lane_{lane}"] = EnableInserter(advance)(unit)
+            m.d.comb += [
+                unit.a.eq(self.i_stream.payload[lane]),
+                unit.b.eq(current_scale[lane]),
+                unit.valid.eq(accept),
+                unit.a_signed.eq(self.a_signed), unit.a_zp.eq(self.a_zp),
+                unit.b_signed.eq(self.b_signed), unit.b_zp.eq(self.b_zp),
+                unit.multiplier.eq(self.multiplier),
+                unit.y_zp.eq(self.y_zp), unit.out_signed.eq(self.out_signed),
+                self.o_stream.payload[lane].eq(unit.y[:8]),
+            ]
+            if lane == 0:
+                m.d.comb += output_valid.eq(unit.y_valid)
+
+        with m.If(self.enable):
+            m.d.comb += [
+                self.o_stream.valid.eq(output_valid),
+                self.i_stream.ready.eq(advance & scale_ready),
+                self.s_stream.ready.eq(advance & block_start & self.i_stream.valid),
+            ]
+        with m.Else():
+            m.d.comb += [
+                self.o_stream.payload.eq(self.i_stream.payload),
+                self.o_stream.valid.eq(self.i_stream.valid),
+                self.i_stream.ready.eq(self.o_stream.ready),
+            ]
+        return m

@@ -1,0 +1,288 @@
+"""Max pooling of a row-streamed feature map (:func:`sfnpu.numeric.max_pool`).
+
+The window maximum is separable: a horizontal stage reduces every input row to one value per
+output column, and a vertical stage combines those reduced rows. Both stages share one rule for
+a window along their axis:
+
+* window *o* covers positions ``lo = o·stride − pad`` … ``lo + kernel − 1``, clipped to the
+  input (padding never wins, so padded positions are simply not candidates);
+* it is complete when the position arriving now is ``end = min(lo + kernel − 1, size − 1)``,
+  and it is emitted then, from the arriving element and the previous ``kernel − 1`` ones;
+* windows that end at the last element or beyond (padding, ceil mode) complete together: the
+  extra ones are emitted afterwards from the stored elements, with no new input;
+* elements after the last window (floor mode) are consumed and dropped.
+
+The horizontal stage keeps the previous ``kernel − 1`` pixels in registers; the vertical stage
+keeps the previous ``kernel − 1`` reduced rows in two line buffers (a row shift register: a new
+row goes to ``rows_1`` while ``rows_1``'s old contents move to ``rows_2``).
+
+Codes are compared as order keys: the raw byte with the sign bit inverted for int8, so one
+unsigned comparison serves both types and the key 0 (the lowest code) is the neutral element.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["MaxPool", "MAX_HEIGHT"]
+
+#: Largest feature-map height (the ISA's 12-bit size fields).
+MAX_HEIGHT = 4095
+#: Windows are at most 3 × 3; padding is below the window side.
+_MAX_KERNEL = 3
+
+
+class MaxPool(wiring.Component):
+    """Max pooling, kernel 2 or 3, stride 1 or 2, padding below the kernel, any output size
+    (floor or ceil mode: ``out_h``/``out_w`` are configuration, as ``out_hw`` of
+    :func:`sfnpu.numeric.max_pool`).
+
+    Parameters
+    ----------
+    lanes : int
+        Codes per beat (``HwConfig.lanes``).
+    max_width : int
+        Widest input row (pixels). The line buffers hold ``max_width + 2`` reduced pixels (an
+        output row can be two pixels wider than the input: stride 1, padding 2).
+
+    Signature
+    ---------
+    i_stream : In(stream.Signature(ArrayLayout(8, lanes)))
+        Input pixels, ``in_h`` rows of ``in_w`` in raster order per channel block; channel
+        blocks follow each other without a gap.
+    o_stream : Out(stream.Signature(ArrayLayout(8, lanes)))
+        Pooled pixels, ``out_h`` rows of ``out_w`` per channel block.
+    enable : In(1)
+        Configuration: 0 bypasses the stage (``o_stream`` is ``i_stream``, combinationally).
+    signed : In(1)
+        Configuration: the codes are int8 (1) or uint8 (0).
+    kernel : In(range(1, 4))
+        Configuration: window side (2 or 3; 1 also works).
+    stride : In(range(1, 3))
+        Configuration: window step.
+    pad : In(range(3))
+        Configuration: padding on every side, below ``kernel``.
+    in_h, in_w, out_h, out_w : In(...)
+        Configuration: input and output sizes. An output window lying wholly in the padding
+        (impossible for sizes from :func:`sfnpu.numeric.pool_output_size`) gives the lowest code.
+
+    Configuration may change only between groups: once every input beat has been accepted
+    and every output beat delivered (inputs past the last window are still consumed
+    after the last output).
+
+    Timing: one input beat per cycle, except where several windows end at the last pixel of a
+    row (padding, ceil mode): each one after the first costs a cycle without input (at most
+    ``pad``), and likewise each output row after the first that ends at the last input row
+    costs a pass of ``out_w`` cycles. Latency from the last pixel of a window to its output:
+    2 cycles. The stalls of ``o_stream`` propagate to ``i_stream`` through two beats of
+    buffering (the reduced pixel and the output register).
+    """
+
+    def __init__(self, lanes: int, max_width: int, max_height: int = MAX_HEIGHT):
+        if lanes < 1 or max_width < 1 or max_height < 1:
+            raise ValueError(f"lanes, max_width and max_height must be positive "
+                             f"({lanes}, {max_width}, {max_height})")
+        self.lanes = lanes
+        self.max_width = max_width
+        self.max_height = max_height
+        #: Longest output row: stride 1 and padding 2 widen a row by two pixels.
+        self.max_out_width = max_width + 2
+        beat = stream.Signature(data.ArrayLayout(8, lanes))
+        super().__init__({
+            "i_stream": In(beat),
+            "o_stream": Out(beat),
+            "enable": In(1),
+            "signed": In(1),
+            "kernel": In(range(1, _MAX_KERNEL + 1)),
+            "stride": In(range(1, 3)),
+            "pad": In(range(_MAX_KERNEL)),
+            "in_h": In(range(1, max_height + 1)),
+            "in_w": In(range(1, max_width + 1)),
+            "out_h": In(range(1, max_height + 3)),
+            "out_w": In(range(1, self.max_out_width + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes = self.lanes
+        beat_layout = data.ArrayLayout(8, lanes)
+        sign_flip = Mux(self.signed, 0x80, 0x00)
+
+        def as_signed(value, name):
+            """``value`` as a named signed signal: positions, window bounds and their
+            differences (negative before the first pixel) all fit in 16 bits."""
+            result = Signal(signed(16), name=name)
+            m.d.comb += result.eq(value)
+            return result
+
+        def window(start, size, name):
+            """(first position clipped to 0, last position) of the window whose first position
+            is ``start − pad``; the last is clipped to the input."""
+            lo = as_signed(as_signed(start, f"{name}_start") - self.pad, f"{name}_lo")
+            last = lo + self.kernel - 1
+            end = as_signed(Mux(last < size - 1, last, size - 1), f"{name}_end")
+            return as_signed(Mux(lo < 0, 0, lo), f"{name}_first"), end
+
+        def covered(position, distance, first):
+            """The element ``distance`` positions before ``position`` lies in the window."""
+            return position - distance >= first
+
+        def key_max(candidates, name):
+            """Lane-wise maximum of (keys, included) pairs; excluded ones count as key 0."""
+            result = Signal(beat_layout, name=name)
+            for lane in range(lanes):
+                best = None
+                for keys, included in candidates:
+                    value = Mux(included, keys[lane], 0)
+                    best = value if best is None else Mux(value > best, value, best)
+                m.d.comb += result[lane].eq(best)
+            return result
+
+        # -- horizontal stage: one row in, one value per output column out --------------------
+        h_position = Signal(range(self.max_width + 1))         # index of the arriving pixel
+        h_start = Signal(range(2 * self.max_out_width + 1))    # output column · stride
+        h_count = Signal(range(self.max_out_width + 1))        # output columns emitted
+        h_previous = [Signal(beat_layout, name=f"h_previous_{d}") for d in (1, 2)]
+        h_valid = Signal()                                     # reduced pixel for the V stage
+        h_data = Signal(beat_layout)
+        h_ready = Signal()
+
+        h_first, h_end = window(h_start, self.in_w, "h")
+        h_index = as_signed(h_position, "h_index")
+        h_outputs_done = h_count == self.out_w
+        h_has_input = h_position < self.in_w
+        h_emit_wanted = ~h_outputs_done & (h_index >= h_end)
+        h_emit_uses_input = h_emit_wanted & (h_index == h_end)
+        h_accept_wanted = h_has_input & (h_outputs_done | (h_index <= h_end))
+        h_slot_free = ~h_valid | h_ready
+
+        arriving = Signal(beat_layout)
+        for lane in range(lanes):
+            m.d.comb += arriving[lane].eq(self.i_stream.payload[lane] ^ sign_flip)
+        h_accept = Signal()
+        h_emit = Signal()
+        i_ready = Signal()
+        m.d.comb += [
+            i_ready.eq(self.enable & h_accept_wanted & (~h_emit_wanted | h_slot_free)),
+            h_accept.eq(i_ready & self.i_stream.valid),
+            h_emit.eq(self.enable & h_emit_wanted & h_slot_free
+                      & (~h_emit_uses_input | self.i_stream.valid)),
+        ]
+        h_maximum = key_max([
+            (arriving, h_emit_uses_input),
+            (h_previous[0], covered(h_index, 1, h_first)),
+            (h_previous[1], covered(h_index, 2, h_first)),
+        ], "h_maximum")
+
+        with m.If(h_accept):
+            m.d.sync += [h_previous[0].eq(arriving), h_previous[1].eq(h_previous[0])]
+        with m.If(h_emit):
+            m.d.sync += [h_valid.eq(1), h_data.eq(h_maximum)]
+        with m.Elif(h_ready):
+            m.d.sync += h_valid.eq(0)
+        next_h_position = h_position + h_accept
+        next_h_count = h_count + h_emit
+        with m.If((next_h_position == self.in_w) & (next_h_count == self.out_w)):
+            m.d.sync += [h_position.eq(0), h_count.eq(0), h_start.eq(0)]       # row done
+        with m.Else():
+            m.d.sync += [h_position.eq(next_h_position), h_count.eq(next_h_count)]
+            with m.If(h_emit):
+                m.d.sync += h_start.eq(h_start + self.stride)
+
+        # -- vertical stage: reduced rows in, output rows out ---------------------------------
+        # Row-level state: which input row arrives and which output row is next.
+        v_position = Signal(range(self.max_height + 1))
+        v_start = Signal(range(2 * (self.max_height + 2) + 1))
+        v_count = Signal(range(self.max_height + 3))
+        column = Signal(range(self.max_out_width))
+
+        v_first, v_end = window(v_start, self.in_h, "v")
+        v_index = as_signed(v_position, "v_index")
+        v_outputs_done = v_count == self.out_h
+        row_takes_input = (v_position < self.in_h) & (v_outputs_done | (v_index <= v_end))
+        row_emits = ~v_outputs_done & (v_index >= v_end)
+        row_emit_uses_input = row_emits & (v_index == v_end)
+
+        m.submodules.rows_1 = rows_1 = Memory(shape=beat_layout, depth=self.max_out_width,
+                                              init=[])
+        m.submodules.rows_2 = rows_2 = Memory(shape=beat_layout, depth=self.max_out_width,
+                                              init=[])
+        write_1, write_2 = rows_1.write_port(), rows_2.write_port()
+        # Transparent: with a one-pixel row the next row reads the column being written.
+        read_1 = rows_1.read_port(transparent_for=(write_1,))
+        read_2 = rows_2.read_port(transparent_for=(write_2,))
+
+        # Stage B: one column of the current row, with the buffered rows read for it.
+        b_valid = Signal()
+        b_emit = Signal()
+        b_store = Signal()
+        b_column = Signal.like(column)
+        b_arriving = Signal(beat_layout)
+        b_include = [Signal(name=f"b_include_{d}") for d in range(_MAX_KERNEL)]
+        b_done = b_valid & (~b_emit | self.o_stream.ready)
+        b_free = ~b_valid | b_done
+        available = Mux(row_takes_input, h_valid, 1)     # a row past the input: no data needed
+        take = Signal()
+        m.d.comb += [
+            take.eq(self.enable & b_free & available),
+            h_ready.eq(b_free & row_takes_input),
+            read_1.addr.eq(column), read_1.en.eq(take),
+            read_2.addr.eq(column), read_2.en.eq(take),
+        ]
+        with m.If(take):
+            m.d.sync += [
+                b_valid.eq(1),
+                b_emit.eq(row_emits),
+                b_store.eq(row_takes_input),
+                b_column.eq(column),
+                b_arriving.eq(h_data),
+                b_include[0].eq(row_emit_uses_input),
+                b_include[1].eq(covered(v_index, 1, v_first)),
+                b_include[2].eq(covered(v_index, 2, v_first)),
+            ]
+        with m.Elif(b_done):
+            m.d.sync += b_valid.eq(0)
+
+        # End of a row: advance the row-level state, wrapping at the end of a channel block.
+        row_end = take & (column == self.out_w - 1)
+        next_v_position = v_position + row_takes_input
+        next_v_count = v_count + row_emits
+        with m.If(take):
+            m.d.sync += column.eq(Mux(row_end, 0, column + 1))
+        with m.If(row_end):
+            with m.If((next_v_position == self.in_h) & (next_v_count == self.out_h)):
+                m.d.sync += [v_position.eq(0), v_count.eq(0), v_start.eq(0)]
+            with m.Else():
+                m.d.sync += [v_position.eq(next_v_position), v_count.eq(next_v_count)]
+                with m.If(row_emits):
+                    m.d.sync += v_start.eq(v_start + self.stride)
+
+        # Row shift register: the arriving row becomes "one back", "one back" becomes "two".
+        m.d.comb += [
+            write_1.addr.eq(b_column), write_1.data.eq(b_arriving),
+            write_2.addr.eq(b_column), write_2.data.eq(read_1.data),
+            write_1.en.eq(b_done & b_store), write_2.en.eq(b_done & b_store),
+        ]
+        v_maximum = key_max([
+            (b_arriving, b_include[0]),
+            (read_1.data, b_include[1]),
+            (read_2.data, b_include[2]),
+        ], "v_maximum")
+
+        with m.If(self.enable):
+            m.d.comb += [
+                self.i_stream.ready.eq(i_ready),
+                self.o_stream.valid.eq(b_valid & b_emit),
+            ]
+            for lane in range(lanes):
+                m.d.comb += self.o_stream.payload[lane].eq(v_maximum[lane] ^ sign_flip)
+        with m.Else():
+            m.d.comb += [
+                self.o_stream.payload.eq(self.i_stream.payload),
+                self.o_stream.valid.eq(self.i_stream.valid),
+                self.i_stream.ready.eq(self.o_stream.ready),
+            ]
+        return m
