@@ -3,7 +3,7 @@
 #   make sim      compile the bundled default model and run every available pipeline stage
 #   make test     the test suite (what CI runs)
 #   make regress  the full regression (superset of make test)
-#   make docs     regenerate docs/ (ISA, DRAM image) from their single definitions
+#   make docs     regenerate docs/ and firmware/include/ (ISA, DRAM image, registers)
 
 PYTHON ?= python3
 VENV   := .venv

@@ -302,6 +302,14 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_verilog(args) -> int:
+    from .hw.verilog import write_verilog
+
+    written = write_verilog(Path(args.output))
+    console.print(f"wrote {len(written)} Verilog files under {args.output}")
+    return 0
+
+
 def cmd_not_built(args) -> int:
     raise CliError(f"`{args.command}` is not built yet in this version of sfnpu")
 
@@ -361,7 +369,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("-o", "--output", default="build/bench")
     b.set_defaults(func=cmd_bench)
 
-    for name in ("verilog", "bitstream", "firmware"):
+    v = sub.add_parser("verilog", help="Verilog of the datapath blocks for every config")
+    v.add_argument("-o", "--output", default="build/verilog")
+    v.set_defaults(func=cmd_verilog)
+
+    for name in ("bitstream", "firmware"):
         sub.add_parser(name, help="not built yet").set_defaults(func=cmd_not_built)
     return p
 

@@ -1,6 +1,6 @@
 """Generated documentation and C headers: rendered from the single definitions in
-:mod:`sfnpu.isa` and :mod:`sfnpu.image`. ``make docs`` writes them; the test suite fails when a
-committed copy is stale (``sfnpu docs --check``).
+:mod:`sfnpu.isa`, :mod:`sfnpu.image` and :mod:`sfnpu.regmap`. ``make docs`` writes them; the test
+suite fails when a committed copy is stale (``sfnpu docs --check``).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import enum as py_enum
 import struct
 from pathlib import Path
 
-from . import image, isa
+from . import image, isa, regmap
 from .config import CONFIGS
 
 __all__ = ["GENERATED", "render_all", "write", "stale"]
@@ -164,6 +164,10 @@ GENERATED = {
     "docs/isa.md": _isa_md,
     "docs/image.md": _image_md,
     "firmware/include/sfnpu_image.h": _image_h,
+    "docs/registers.md": lambda: regmap.render_markdown(
+        _BANNER.format(src="`sfnpu/regmap.py`")),
+    "firmware/include/sfnpu_regs.h": lambda: regmap.render_c_header(
+        _BANNER.format(src="sfnpu/regmap.py").replace("`", "")),
 }
 
 

@@ -10,6 +10,11 @@ port in every cycle, and numpy reads the result back::
     out = harness.run({"x": xs, "w0": w0s, ...}, flush=SharedMac.LATENCY)
     out["p0"][k + SharedMac.LATENCY]     # result of vector k
 
+Ports up to 64 bits take and give one integer per cycle. Wider ports (a weight block, a vector
+of int32 lanes) take and give one row of 32-bit words per cycle — arrays of shape
+``(cycles, ceil(width / 32))``, word 0 holding bits 0–31, as Verilator stores them — and are
+never sign-extended (``.view(np.int32)`` reads int32 lanes).
+
 Cycle convention: in cycle *k* the inputs of vector *k* are applied and the outputs are
 sampled just before the rising clock edge that ends the cycle, so a block with *L* register
 stages shows the result of vector *k* in ``out[...][k + L]``. The driver holds reset for one
@@ -74,12 +79,14 @@ def to_verilog(component: wiring.Component, name: str) -> str:
     return verilog.convert(component, name=name, emit_src=False)
 
 
-def _ctype(width: int) -> tuple[str, np.dtype]:
+def _ctype(width: int) -> tuple[str, np.dtype, int]:
+    """C type, numpy dtype and elements per cycle of a port of ``width`` bits."""
     for bits, c, np_type in ((8, "uint8_t", np.uint8), (16, "uint16_t", np.uint16),
                              (32, "uint32_t", np.uint32), (64, "uint64_t", np.uint64)):
         if width <= bits:
-            return c, np.dtype(np_type).newbyteorder("<")
-    raise ValueError(f"ports wider than 64 bits are not supported ({width})")
+            return c, np.dtype(np_type).newbyteorder("<"), 1
+    # Verilator's VlWide: an array of 32-bit words, least significant first.
+    return "uint32_t", np.dtype(np.uint32).newbyteorder("<"), -(-width // 32)
 
 
 def _ports(component: wiring.Component) -> tuple[list["_Port"], list["_Port"]]:
@@ -97,10 +104,10 @@ def _vector_count(inputs: dict, ports: list["_Port"]) -> int:
     extra = set(inputs) - {p.name for p in ports}
     if missing or extra:
         raise ValueError(f"inputs: missing {sorted(missing)}, unknown {sorted(extra)}")
-    lengths = {np.asarray(v).size for v in inputs.values()}
-    if len(lengths) != 1:
+    lengths = {p.name: p.count(inputs[p.name]) for p in ports}
+    if len(set(lengths.values())) != 1:
         raise ValueError(f"input arrays differ in length: {lengths}")
-    return lengths.pop()
+    return next(iter(lengths.values()))
 
 
 def simulate_vectors(component: wiring.Component, inputs: dict,
@@ -108,7 +115,7 @@ def simulate_vectors(component: wiring.Component, inputs: dict,
     """:meth:`VectorHarness.run` in Amaranth's simulator (about 5–20 k vectors per second)."""
     in_ports, out_ports = _ports(component)
     n = _vector_count(inputs, in_ports)
-    columns = [(getattr(component, p.name), np.asarray(inputs[p.name]).reshape(-1).tolist())
+    columns = [(getattr(component, p.name), p.python_values(inputs[p.name]))
                for p in in_ports]
     outputs = [(getattr(component, p.name), []) for p in out_ports]
 
@@ -124,8 +131,7 @@ def simulate_vectors(component: wiring.Component, inputs: dict,
     sim.add_clock(1e-8)
     sim.add_testbench(testbench)
     sim.run()
-    return {p.name: np.array(sampled, dtype=np.int64)
-            for p, (_, sampled) in zip(out_ports, outputs)}
+    return {p.name: p.from_python(sampled) for p, (_, sampled) in zip(out_ports, outputs)}
 
 
 class _Port:
@@ -133,17 +139,53 @@ class _Port:
         self.name = name
         self.width = shape.width
         self.signed = shape.signed
-        self.ctype, self.dtype = _ctype(self.width)
+        self.ctype, self.dtype, self.words = _ctype(self.width)
+
+    @property
+    def wide(self) -> bool:
+        return self.words > 1
+
+    def count(self, values) -> int:
+        """Cycles described by ``values``."""
+        values = np.asarray(values)
+        if not self.wide:
+            return values.size
+        if values.ndim != 2 or values.shape[1] != self.words:
+            raise ValueError(f"{self.name}: a {self.width}-bit port takes an array of shape "
+                             f"(cycles, {self.words}) of 32-bit words, got {values.shape}")
+        return values.shape[0]
 
     def encode(self, values) -> np.ndarray:
-        values = np.asarray(values, dtype=np.int64)
-        return (values & ((1 << self.width) - 1)).astype(self.dtype)
+        if self.wide:
+            words = np.asarray(values).astype(np.int64) & 0xFFFFFFFF
+            top_bits = self.width - 32 * (self.words - 1)
+            words[:, -1] &= (1 << top_bits) - 1
+            return words.astype(self.dtype).reshape(-1)
+        # Through uint64, so 64-bit ports accept the full unsigned range as well.
+        values = np.asarray(values).reshape(-1).astype(np.int64).view(np.uint64)
+        return (values & np.uint64((1 << self.width) - 1)).astype(self.dtype)
 
     def decode(self, raw: np.ndarray) -> np.ndarray:
+        if self.wide:
+            return raw.astype(np.uint32).reshape(-1, self.words)
         values = raw.astype(np.int64)
         if self.signed:
             values = np.where(values >> (self.width - 1) & 1, values - (1 << self.width), values)
         return values
+
+    # Amaranth's simulator works on Python integers.
+    def python_values(self, values) -> list[int]:
+        if not self.wide:
+            return np.asarray(values).reshape(-1).tolist()
+        words = self.encode(values).reshape(-1, self.words).astype(object)
+        return [sum(int(w) << (32 * k) for k, w in enumerate(row)) for row in words]
+
+    def from_python(self, sampled: list[int]) -> np.ndarray:
+        if not self.wide:
+            return np.array(sampled, dtype=np.int64)
+        mask = (1 << self.width) - 1
+        return np.array([[(v & mask) >> (32 * k) & 0xFFFFFFFF for k in range(self.words)]
+                         for v in sampled], dtype=np.uint32).reshape(-1, self.words)
 
 
 _DRIVER = """\
@@ -219,12 +261,24 @@ class VectorHarness:
         self._build(list(verilator_args), jobs)
 
     def _driver_source(self) -> str:
-        load = "\n".join(f"    auto in_{p.name} = load<{p.ctype}>(in, n);" for p in self.inputs)
-        alloc = "\n".join(f"    std::vector<{p.ctype}> out_{p.name}(cycles);"
+        def apply_input(p):
+            if not p.wide:
+                return f"        dut->{p.name} = live ? in_{p.name}[k] : 0;"
+            return (f"        for (size_t w = 0; w < {p.words}; ++w) "
+                    f"dut->{p.name}[w] = live ? in_{p.name}[k * {p.words} + w] : 0;")
+
+        def sample_output(p):
+            if not p.wide:
+                return f"        out_{p.name}[k] = dut->{p.name};"
+            return (f"        for (size_t w = 0; w < {p.words}; ++w) "
+                    f"out_{p.name}[k * {p.words} + w] = dut->{p.name}[w];")
+
+        load = "\n".join(f"    auto in_{p.name} = load<{p.ctype}>(in, n * {p.words});"
+                         for p in self.inputs)
+        alloc = "\n".join(f"    std::vector<{p.ctype}> out_{p.name}(cycles * {p.words});"
                           for p in self.outputs)
-        apply = "\n".join(f"        dut->{p.name} = live ? in_{p.name}[k] : 0;"
-                          for p in self.inputs)
-        sample = "\n".join(f"        out_{p.name}[k] = dut->{p.name};" for p in self.outputs)
+        apply = "\n".join(apply_input(p) for p in self.inputs)
+        sample = "\n".join(sample_output(p) for p in self.outputs)
         store = "\n".join(f"    store(out, out_{p.name});" for p in self.outputs)
         return _DRIVER.format(top=self.name, load_inputs=load, alloc_outputs=alloc,
                               apply_inputs=apply, sample_outputs=sample, store_outputs=store)
@@ -250,8 +304,11 @@ class VectorHarness:
             "verilator", "--cc", "--exe", "--build", "-j", str(jobs), "-Wno-fatal",
             "--top-module", self.name, "--prefix", f"V{self.name}",
             "-Mdir", "obj", "-o", f"../V{self.name}", *verilator_args,
-            # Verilator's makefile runs a Python helper as plain `python`; use ours.
+            # Verilator's makefile runs a Python helper as plain `python`; use ours. The wheel's
+            # makefile also lacks GCC's option for reading a precompiled header, which designs
+            # large enough to be split into several files need.
             "-MAKEFLAGS", f"PYTHON3={sys.executable}",
+            "-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include",
             f"{self.name}.v", "driver.cpp",
         ]
         result = subprocess.run(command, cwd=self.build_dir, env=verilator_env(),
@@ -264,8 +321,9 @@ class VectorHarness:
     _runs = itertools.count()
 
     def run(self, inputs: dict, flush: int = 0) -> dict[str, np.ndarray]:
-        """Apply ``inputs`` (name → 1-D integer array, one entry per cycle) and return every
-        output port's value in every cycle (``len(vectors) + flush`` entries, sign-extended)."""
+        """Apply ``inputs`` (name → 1-D integer array, one entry per cycle; wide ports: rows of
+        32-bit words) and return every output port's value in every cycle (``len(vectors) +
+        flush`` entries, sign-extended; wide ports: rows of words)."""
         n = _vector_count(inputs, self.inputs)
         tag = f"run-{os.getpid()}-{next(self._runs)}"       # unique per process and call
         in_path = self.build_dir / f"{tag}.in"
@@ -273,7 +331,7 @@ class VectorHarness:
         try:
             with open(in_path, "wb") as f:
                 for port in self.inputs:
-                    port.encode(np.asarray(inputs[port.name]).reshape(-1)).tofile(f)
+                    port.encode(inputs[port.name]).tofile(f)
             subprocess.run([str(self.executable), str(in_path), str(out_path), str(n),
                             str(flush)], check=True)
             raw = np.fromfile(out_path, dtype=np.uint8)
@@ -283,7 +341,7 @@ class VectorHarness:
         cycles = n + flush
         result, offset = {}, 0
         for port in self.outputs:
-            size = cycles * port.dtype.itemsize
+            size = cycles * port.words * port.dtype.itemsize
             result[port.name] = port.decode(raw[offset:offset + size].view(port.dtype))
             offset += size
         if offset != raw.size:

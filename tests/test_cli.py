@@ -44,7 +44,7 @@ def test_image_command(capsys, tmp_path):
 def test_configs_and_not_built_commands(capsys):
     code, out = run(capsys, "configs")
     assert code == 0 and "kcu1500" in out and "4096 MAC/cycle" in out
-    for command in ("verilog", "bitstream", "firmware"):
+    for command in ("bitstream", "firmware"):
         code, out = run(capsys, command)
         assert code == 2 and "not built yet" in out
 

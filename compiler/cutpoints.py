@@ -1,0 +1,275 @@
+"""Cut-point search over block-wise reuse policies (ShortcutFusion Sec. IV-B, eq. 10).
+
+A cut-point is where the reuse mode switches. Following the paper's relaxation, every
+sub-network whose scale only falls (or only rises) has exactly one cut-point: a classification
+network has one segment (row reuse for blocks ``< L``, frame reuse after), an FPN or
+encoder–decoder network two, split at the network cut of :mod:`.blocks` (block ``i`` is row
+reuse if ``i < L1`` or ``i ≥ N1 + L2``). In general, segment ``j`` is row-then-frame when ``j``
+is even and frame-then-row when odd, and the exhaustive search over all segment cuts costs
+O(Nᵏ) evaluations.
+
+Each candidate is allocated (:mod:`.memory`); it is feasible when every buffer requirement
+(eqs. 1–7) fits the budget — then weights are read exactly once and every feature-map access
+happens at most once (constraint 10), because those buffers are what make single access
+possible. Among feasible candidates the objective picks the best: ``"latency"`` (the sum of a
+per-instruction latency callable) or ``"sram"`` (eq. 6, for Table II).
+
+The cycle-accurate model does not exist yet; :func:`roofline_latency` is a PLACEHOLDER latency
+to be replaced by it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache, partial
+from typing import Callable, Iterator, Sequence
+
+from sfnpu import isa, layout
+from sfnpu.config import HwConfig
+from sfnpu.isa import ConvKind, Instruction, MemSpace, Reuse
+
+from .blocks import Blocks, detect_blocks
+from .memory import (WEIGHT_BUFFER, AllocationError, Budget, Policy, Requirements, Traffic,
+                     Violation, accesses, allocate, instruction_needs, place, requirements,
+                     traffic)
+
+__all__ = [
+    "LatencyFn", "roofline_latency", "conv_macs", "Evaluation", "SearchResult",
+    "NoFeasiblePolicy", "cut_policies", "single_cut_policies", "double_cut_policies",
+    "evaluate", "search",
+]
+
+#: Cycles one placed instruction takes (its reuse mode and operand locations included).
+LatencyFn = Callable[[Instruction], float]
+
+
+def conv_macs(instr: Instruction) -> int:
+    """Multiply-accumulates of the group's convolution (0 without one)."""
+    if instr.conv == ConvKind.NONE:
+        return 0
+    h, w = layout.conv_output_hw(instr)
+    per_output = instr.kh * instr.kw * (instr.in_c if instr.conv == ConvKind.NORMAL else 1)
+    return instr.out_c * h * w * per_output
+
+
+def roofline_latency(instr: Instruction, config: HwConfig) -> float:
+    """PLACEHOLDER latency, to be replaced by the cycle-accurate model.
+
+    max(MAC cycles at Ti·To MAC/cycle, DRAM bytes / config.dram_bytes_per_cycle). It ignores
+    row-mode weight preloading, pipeline fill, the depthwise MAC rate, DRAM latency and
+    element-wise-only groups' streaming time, so it ranks policies by DRAM traffic more than
+    the hardware will.
+    """
+    dram = sum(a.end - a.start for a in accesses(instr, config)
+               if a.space == MemSpace.DRAM)
+    return max(conv_macs(instr) / config.macs, dram / _bytes_per_cycle(config))
+
+
+@lru_cache(maxsize=None)
+def _bytes_per_cycle(config: HwConfig) -> float:
+    return float(config.dram_bytes_per_cycle)
+
+
+# --------------------------------------------------------------------------------------------
+# Candidate policies
+# --------------------------------------------------------------------------------------------
+
+def cut_policies(blocks: Blocks, segments: Sequence[int] | None = None) -> Iterator[Policy]:
+    """Every policy with one cut-point per segment (O(Nᵏ) for k segments).
+
+    ``segments``: block counts, summing to the number of blocks (default: the network cut's
+    segments). Segment ``j`` runs row reuse before its cut when ``j`` is even (scale falling),
+    frame reuse before its cut when ``j`` is odd (scale rising); cut ``L_j`` ranges over
+    ``0..n_j`` (both ends included: the segment entirely in one mode).
+    """
+    segments = tuple(blocks.segments if segments is None else segments)
+    if sum(segments) != len(blocks) or any(n < 0 for n in segments):
+        raise ValueError(f"segments {segments} do not partition {len(blocks)} blocks")
+    for cuts in itertools.product(*(range(n + 1) for n in segments)):
+        modes: list[Reuse] = []
+        for j, (n, cut) in enumerate(zip(segments, cuts)):
+            first, second = (Reuse.ROW, Reuse.FRAME) if j % 2 == 0 else \
+                (Reuse.FRAME, Reuse.ROW)
+            modes += [first] * cut + [second] * (n - cut)
+        label = f"L={cuts[0]}" if len(cuts) == 1 else f"L={cuts}"
+        yield Policy(tuple(modes), label)
+
+
+def single_cut_policies(blocks: Blocks) -> Iterator[Policy]:
+    """Fig. 11 left: block ``i`` row reuse if ``i < L``, frame reuse otherwise."""
+    return cut_policies(blocks, (len(blocks),))
+
+
+def double_cut_policies(blocks: Blocks, cut: int | None = None) -> Iterator[Policy]:
+    """Fig. 15: row reuse if ``i < L1`` or ``i ≥ N1 + L2``; ``N1`` is the network cut."""
+    n1 = blocks.cut if cut is None else cut
+    if n1 is None:
+        raise ValueError("the network has no network cut; give one or use single_cut_policies")
+    return cut_policies(blocks, (n1, len(blocks) - n1))
+
+
+# --------------------------------------------------------------------------------------------
+# Evaluation
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Evaluation:
+    policy: Policy
+    latency: float | None
+    requirements: Requirements | None
+    traffic: Traffic | None
+    violations: tuple[Violation, ...]
+    error: str | None = None          # the allocation itself failed
+
+    @property
+    def feasible(self) -> bool:
+        return self.error is None and not self.violations
+
+    @property
+    def sram(self) -> int | None:
+        return None if self.requirements is None else self.requirements.sram
+
+
+def evaluate(compiled, blocks: Blocks, policy: Policy, budget: Budget,
+             latency: LatencyFn | None = None) -> Evaluation:
+    """Allocate, place and measure one policy against a budget."""
+    program = compiled.program
+    config = program.config
+    if latency is None:
+        latency = partial(roofline_latency, config=config)
+    try:
+        alloc = allocate(compiled.graph, compiled.groups, program, blocks, policy,
+                         budget.buffers)
+    except AllocationError as e:
+        return Evaluation(policy, None, None, None, (), str(e))
+    instructions = place(program, compiled.groups, alloc)
+    req = requirements(instructions, config, alloc.extents)
+    dram = traffic(instructions, config, compiled.groups, compiled.graph)
+    cycles = sum(latency(i) for i in instructions)
+    return Evaluation(policy, cycles, req, dram, tuple(budget.violations(req)))
+
+
+_OBJECTIVES = {
+    "latency": lambda e: (e.latency, e.sram, e.traffic.total),
+    "sram": lambda e: (e.sram, e.traffic.total, e.latency),
+    "dram": lambda e: (e.traffic.total, e.sram, e.latency),
+}
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    best: Evaluation
+    evaluations: tuple[Evaluation, ...]     # every candidate, in enumeration order
+    objective: str
+    blocks: Blocks
+
+    @property
+    def feasible(self) -> tuple[Evaluation, ...]:
+        return tuple(e for e in self.evaluations if e.feasible)
+
+
+class NoFeasiblePolicy(ValueError):
+    """No candidate policy fits the budget; the message names the blocks and amounts."""
+
+
+def search(compiled, budget: Budget | None = None, latency: LatencyFn | None = None,
+           objective: str = "latency", blocks: Blocks | None = None,
+           segments: Sequence[int] | None = None) -> SearchResult:
+    """Exhaustive cut-point search (single cut, double cut at the network cut, or the given
+    ``segments``); raises :class:`NoFeasiblePolicy` naming what does not fit."""
+    if objective not in _OBJECTIVES:
+        raise ValueError(f"objective {objective!r}: choose one of {', '.join(_OBJECTIVES)}")
+    config = compiled.program.config
+    budget = Budget.of(config) if budget is None else budget
+    blocks = detect_blocks(compiled.graph, compiled.groups) if blocks is None else blocks
+    evaluations = tuple(evaluate(compiled, blocks, p, budget, latency)
+                        for p in cut_policies(blocks, segments))
+    feasible = [e for e in evaluations if e.feasible]
+    if not feasible:
+        raise NoFeasiblePolicy(_diagnose(compiled, blocks, budget, evaluations))
+    best = min(feasible, key=_OBJECTIVES[objective])
+    return SearchResult(best, evaluations, objective, blocks)
+
+
+# --------------------------------------------------------------------------------------------
+# Diagnosis of infeasible budgets
+# --------------------------------------------------------------------------------------------
+
+def _needs(instr: Instruction, mode: Reuse, output_dram: bool,
+           config: HwConfig) -> dict[str, int]:
+    """Lower bounds one group puts on the buffers in one mode, whatever the other blocks do:
+    eqs. 1 and 3–5, and in frame mode the largest of its on-chip tensors in some buffer."""
+    lanes = config.lanes
+    out = isa.dram(0) if mode == Reuse.ROW or output_dram else isa.buffer(0)
+    need = instruction_needs(instr.replace(reuse=mode, output=out), config)
+    if "weight_buff" in need:
+        need[f"buffer {WEIGHT_BUFFER}"] = need.pop("weight_buff")
+    if mode == Reuse.FRAME:
+        need["largest buffer"] = max(
+            layout.tensor_bytes(instr.in_c, instr.in_h, instr.in_w, lanes),
+            0 if output_dram else layout.tensor_bytes(instr.out_c, instr.out_h, instr.out_w,
+                                                      lanes))
+    return need
+
+
+def _limit(budget: Budget, resource: str) -> int | None:
+    if resource.startswith("buffer "):
+        return None if budget.buffers is None else budget.buffers[int(resource[-1])]
+    if resource == "largest buffer":
+        return None if budget.buffers is None else max(budget.buffers)
+    return getattr(budget, resource)
+
+
+def _block_excess(compiled, blocks: Blocks, budget: Budget, block: int,
+                  mode: Reuse) -> list[str]:
+    """The largest over-budget need per resource of one block in one mode."""
+    config = compiled.program.config
+    dests = {g.dest for g in compiled.groups if g.dest}
+    worst: dict[str, tuple[int, int]] = {}
+    for g in blocks[block].groups:
+        instr = compiled.program.instructions[g]
+        grp = compiled.groups[g]
+        out_dram = grp.written in compiled.graph.outputs or grp.written in dests
+        for res, need in _needs(instr, mode, out_dram, config).items():
+            have = _limit(budget, res)
+            if have is not None and need > have and need > worst.get(res, (0, -1))[0]:
+                worst[res] = (need, g)
+    return [f"{res} {need} B > {_limit(budget, res)} B (group {g} "
+            f"{compiled.groups[g].name})" for res, (need, g) in worst.items()]
+
+
+#: Blocks listed by name in a NoFeasiblePolicy message before the rest are counted.
+_LISTED = 6
+
+
+def _diagnose(compiled, blocks: Blocks, budget: Budget,
+              evaluations: Sequence[Evaluation]) -> str:
+    lines = []
+    stuck = 0
+    for b in blocks:
+        row = _block_excess(compiled, blocks, budget, b.index, Reuse.ROW)
+        frame = _block_excess(compiled, blocks, budget, b.index, Reuse.FRAME)
+        if row and frame:
+            stuck += 1
+            if stuck <= _LISTED:
+                lines.append(f"block {b.index} ({b.name}) fits in neither mode: row reuse "
+                             f"needs {'; '.join(row)}; frame reuse needs {'; '.join(frame)}")
+    if stuck > _LISTED:
+        lines.append(f"... and {stuck - _LISTED} more blocks that fit in neither mode")
+    if not lines:
+        def excess(e: Evaluation):
+            if e.error:
+                return (1, float("inf"))
+            return (0, sum(v.need / v.have for v in e.violations))
+        closest = min(evaluations, key=excess)
+        if closest.error:
+            lines.append(f"closest policy {closest.policy.label}: {closest.error}")
+        for v in closest.violations:
+            where = ""
+            if v.group >= 0:
+                blk = blocks[blocks.block_of[v.group]]
+                where = f" — block {blk.index} ({blk.name})"
+            lines.append(f"closest policy {closest.policy.label}: {v}{where}")
+    return (f"no reuse policy out of {len(evaluations)} fits the budget of "
+            f"{compiled.program.config.name!r}:\n  " + "\n  ".join(lines))

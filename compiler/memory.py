@@ -1,0 +1,770 @@
+"""Reuse-aware static memory allocation (ShortcutFusion Sec. IV-A/B, eqs. 1–9, Algorithm 1).
+
+A reuse *policy* gives every block (:mod:`.blocks`) a weight-reuse mode:
+
+* ROW — the layer's weights are preloaded into buffer 1 (eq. 2) and input rows stream from
+  DRAM through the row buffer; a row-mode group's feature maps live in DRAM (small channel
+  vectors — SE pooling and FC results — may stay on chip, Fig. 13c).
+* FRAME — feature maps stay on chip and weight blocks stream from DRAM exactly once; the
+  input frame is re-read once per output-channel block, so it must be on chip.
+
+Which tensors stay on chip (:func:`classify`): a tensor written by a frame-mode group and read
+only by frame-mode groups (or any channel vector), except graph inputs and outputs, concat
+(route) destinations — the paper keeps route data off chip — and tensors that would be held on
+chip while unrelated work runs (a long path). Everything else keeps its DRAM home from code
+generation.
+
+A frame-mode normal convolution with more than one output-channel block whose input is in DRAM
+*stages* the input on chip and reads DRAM once. The staging area is fixed by rule so that the
+instruction alone determines it (:func:`staging`): offset 0 of the lowest-numbered buffer that
+holds neither the group's output nor its shortcut.
+
+:func:`allocate` places on-chip tensors in buffers {0, 1, 2} greedily in group order (first fit
+in the buffer that grows least), honouring liveness, one read port per buffer (a group's input
+and shortcut are in different buffers), row-mode weights in buffer 1 and staging areas.
+:func:`check_program` independently proves a placed program correct: every read finds the
+tensor where it was written and no live tensor is overwritten. :func:`requirements` evaluates
+eqs. 1–7 and :func:`traffic` counts DRAM bytes exactly from the instructions' locations, beside
+the paper's eqs. 8–9.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import lru_cache
+from math import ceil
+from typing import Mapping, Sequence
+
+from sfnpu import isa, layout
+from sfnpu.config import DEVICES, HwConfig, ROW_BUFFER_ROWS
+from sfnpu.isa import ConvKind, Eltwise, Instruction, Location, MemSpace, Reuse
+
+from .blocks import Blocks, GroupGraph, detect_blocks, operands
+from .codegen import Program
+from .groups import Group
+from .ir import Graph
+
+__all__ = [
+    "AllocationError", "Policy", "Allocation", "classify", "allocate", "staging",
+    "needs_staging", "row_weights", "place", "apply_policy", "check_program", "CheckReport",
+    "Requirements", "requirements", "instruction_needs", "Budget", "Violation",
+    "GroupTraffic", "Traffic", "traffic", "accesses", "bram18k_eq7", "WEIGHT_BUFFER",
+    "PSUM_BYTES",
+]
+
+#: The buffer that holds a row-mode group's weights (eq. 2).
+WEIGHT_BUFFER = 1
+#: Bytes per partial sum (eq. 4).
+PSUM_BYTES = 4
+
+
+@lru_cache(maxsize=1 << 16)
+def accesses(instr: Instruction, config: HwConfig) -> tuple[layout.Access, ...]:
+    """:func:`sfnpu.layout.accesses`, memoised (policy searches place the same instruction
+    many times)."""
+    return tuple(layout.accesses(instr, config))
+
+
+class AllocationError(ValueError):
+    """An allocation that cannot be made or that the checker refutes; names group and tensor."""
+
+
+def _buf(loc: Location | None) -> int | None:
+    """Buffer index of an on-chip location, None for DRAM or no location."""
+    if loc is None or loc.space == MemSpace.DRAM:
+        return None
+    return loc.space.value - MemSpace.BUF0.value
+
+
+def _align(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+# --------------------------------------------------------------------------------------------
+# Policy
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Policy:
+    """Data reuse policy L: one weight-reuse mode per block."""
+    modes: tuple[Reuse, ...]
+    label: str = ""
+
+    def group_modes(self, blocks: Blocks) -> tuple[Reuse, ...]:
+        if len(self.modes) != len(blocks):
+            raise ValueError(f"policy has {len(self.modes)} modes for {len(blocks)} blocks")
+        return tuple(self.modes[b] for b in blocks.block_of)
+
+    @staticmethod
+    def uniform(blocks: Blocks, mode: Reuse) -> "Policy":
+        return Policy((mode,) * len(blocks), f"all {mode.name.lower()}")
+
+    @property
+    def frame_blocks(self) -> int:
+        return sum(m == Reuse.FRAME for m in self.modes)
+
+
+# --------------------------------------------------------------------------------------------
+# Fixed reservations derived from one instruction
+# --------------------------------------------------------------------------------------------
+
+def _input_bytes(instr: Instruction, config: HwConfig) -> int:
+    return layout.tensor_bytes(instr.in_c, instr.in_h, instr.in_w, config.lanes)
+
+
+def needs_staging(instr: Instruction, config: HwConfig) -> bool:
+    """Whether a frame-mode group must stage a DRAM input on chip to read DRAM only once: a
+    normal convolution re-reads its input once per output-channel block (depthwise and
+    element-wise groups stream each input block once)."""
+    return _stages(instr, instr.reuse, instr.input, config)
+
+
+def _stages(instr: Instruction, mode: Reuse, input_: Location, config: HwConfig) -> bool:
+    return (mode == Reuse.FRAME and input_.space == MemSpace.DRAM
+            and instr.conv == ConvKind.NORMAL
+            and layout.channel_blocks(instr.out_c, config.to) > 1)
+
+
+def _staging_buffer(out: Location, shortcut: Location | None) -> int:
+    used = {_buf(out), _buf(shortcut)}
+    return next(b for b in range(3) if b not in used)
+
+
+def staging(instr: Instruction, config: HwConfig) -> tuple[Location, int] | None:
+    """(location, bytes) where a frame-mode group stages its DRAM input, or None."""
+    if not needs_staging(instr, config):
+        return None
+    sc = instr.shortcut if instr.eltwise != Eltwise.NONE else None
+    return isa.buffer(_staging_buffer(instr.output, sc), 0), _input_bytes(instr, config)
+
+
+def row_weights(instr: Instruction, config: HwConfig) -> tuple[Location, int] | None:
+    """(location, bytes) of a row-mode group's preloaded weights (buffer 1, eq. 2), or None."""
+    if instr.reuse != Reuse.ROW or instr.conv == ConvKind.NONE:
+        return None
+    return isa.buffer(WEIGHT_BUFFER, 0), layout.weight_bytes(instr, config)
+
+
+# --------------------------------------------------------------------------------------------
+# Which tensors stay on chip
+# --------------------------------------------------------------------------------------------
+
+def _related(gg: GroupGraph, blocks: Blocks, g: int, producer: int,
+             readers: Sequence[int]) -> bool:
+    """Whether group ``g``, running while a tensor is held, works towards that tensor's use."""
+    if g in readers:
+        return True
+    mine = {blocks.block_of[producer], *(blocks.block_of[r] for r in readers)}
+    if blocks.block_of[g] in mine:
+        return True
+    return gg.is_ancestor(producer, g) and any(gg.is_ancestor(g, r) for r in readers)
+
+
+def classify(graph: Graph, groups: Sequence[Group], blocks: Blocks,
+             modes: Sequence[Reuse]) -> dict[str, str]:
+    """Every tensor a group writes → "" if it stays on chip, else why it stays in DRAM.
+
+    A long path is a tensor held while some group runs that neither reads it, nor belongs to
+    its producer's or a reader's block, nor lies on a path from its producer to a reader — e.g.
+    the backbone feature maps an FPN reads much later, or a branch kept while an interleaved
+    sibling branch runs (Sec. IV-A keeps such long-lifetime data off chip).
+    """
+    gg = blocks.graph
+    dests = {g.dest for g in groups if g.dest is not None}
+    verdict: dict[str, str] = {}
+    for t, writers in gg.writers.items():
+        readers = gg.readers.get(t, ())
+        p = writers[-1]
+        vector = graph.tensors[t].shape[1:] == (1, 1)
+        if t in gg.graph_outputs:
+            why = "network output"
+        elif t in dests:
+            why = "concat destination (route data stays off chip)"
+        elif modes[p] == Reuse.ROW and not vector:
+            why = "written by a row-mode group"
+        elif not readers:
+            why = "never read"
+        elif not vector and any(modes[r] == Reuse.ROW for r in readers):
+            why = f"read by row-mode group {next(r for r in readers if modes[r] == Reuse.ROW)}"
+        elif any(groups[r].input == t and groups[r].shortcut == t for r in readers):
+            why = "read twice by one group (one read port per buffer)"
+        else:
+            why = ""
+            for g in range(p + 1, max(readers)):
+                if not _related(gg, blocks, g, p, readers):
+                    why = f"long path: held while unrelated group {g} ({groups[g].name}) runs"
+                    break
+        verdict[t] = why
+    return verdict
+
+
+# --------------------------------------------------------------------------------------------
+# Allocation
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Item:
+    buf: int
+    lo: int
+    hi: int
+    t0: int          # first group during which the range is in use
+    t1: int          # last group
+    what: str
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Where every tensor of the program lives under one policy."""
+    modes: tuple[Reuse, ...]                 # per group
+    locations: Mapping[str, Location]        # every tensor a group reads or writes
+    off_chip: Mapping[str, str]              # frame-group tensors left in DRAM → reason
+    extents: tuple[int, int, int]            # bytes used per buffer (weights, staging included)
+
+    @property
+    def on_chip(self) -> frozenset[str]:
+        return frozenset(t for t, loc in self.locations.items()
+                         if loc.space != MemSpace.DRAM)
+
+
+class _Allocator:
+    def __init__(self, graph: Graph, groups: Sequence[Group], program: Program,
+                 blocks: Blocks, modes: Sequence[Reuse], capacity):
+        self.graph, self.groups, self.program = graph, groups, program
+        self.config = program.config
+        self.blocks, self.modes = blocks, tuple(modes)
+        self.capacity = capacity
+        self.items: list[_Item] = []
+        self.extent = [0, 0, 0]
+        self.loc: dict[str, Location] = {}
+        self.align = self.config.lanes
+
+    def size(self, t: str) -> int:
+        return layout.tensor_bytes(*self.graph.tensors[t].shape, self.config.lanes)
+
+    def fits(self, buf: int, lo: int, hi: int, t0: int, t1: int) -> bool:
+        if self.capacity is not None and hi > self.capacity[buf]:
+            return False
+        return not any(it.buf == buf and it.lo < hi and lo < it.hi and it.t0 <= t1
+                       and t0 <= it.t1 for it in self.items)
+
+    def first_fit(self, buf: int, size: int, t0: int, t1: int) -> int | None:
+        busy = sorted((it.lo, it.hi) for it in self.items
+                      if it.buf == buf and it.t0 <= t1 and t0 <= it.t1)
+        off = 0
+        for lo, hi in busy:
+            if off + size <= lo:
+                break
+            off = max(off, _align(hi, self.align))
+        if self.capacity is not None and off + size > self.capacity[buf]:
+            return None
+        return off
+
+    def add(self, item: _Item):
+        self.items.append(item)
+        self.extent[item.buf] = max(self.extent[item.buf], item.hi)
+
+    def location(self, t: str | None) -> Location | None:
+        return None if t is None else self.loc[t]
+
+    def run(self) -> Allocation:
+        gg, cfg = self.blocks.graph, self.config
+        verdict = classify(self.graph, self.groups, self.blocks, self.modes)
+        self.loc = dict(self.program.locations)
+        drafts = self.program.instructions
+        for i, instr in enumerate(drafts):
+            if self.modes[i] == Reuse.ROW and instr.conv != ConvKind.NONE:
+                self.add(_Item(WEIGHT_BUFFER, 0, layout.weight_bytes(instr, cfg), i, i,
+                               f"weights of group {i}"))
+        for i, grp in enumerate(self.groups):
+            stage = _stages(drafts[i], self.modes[i], self.loc[grp.input], cfg)
+            in_bytes = _input_bytes(drafts[i], cfg) if stage else 0
+            if verdict[grp.written] == "":
+                self.place_output(i, grp, in_bytes)
+            if stage:
+                self.stage(i, grp, in_bytes)
+        off_chip = {t: why for t, why in verdict.items()
+                    if why and self.modes[gg.writers[t][-1]] == Reuse.FRAME}
+        return Allocation(self.modes, dict(self.loc), off_chip, tuple(self.extent))
+
+    def stage(self, i: int, grp: Group, in_bytes: int):
+        """Reserve the staging area the rule of :func:`staging` gives group ``i``."""
+        s = _staging_buffer(self.loc[grp.written], self.location(grp.shortcut))
+        if not self.fits(s, 0, in_bytes, i, i):
+            raise AllocationError(
+                f"group {i} ({grp.name}): staging its DRAM input ({in_bytes} B) at buffer {s} "
+                "offset 0 would overwrite live data or exceed the buffer")
+        self.add(_Item(s, 0, in_bytes, i, i, f"staging of group {i}"))
+
+    def read_port_conflicts(self, t: str) -> set[int]:
+        """Buffers holding the other operand of a group that will read ``t``."""
+        found = set()
+        for r in self.blocks.graph.readers[t]:
+            for other in operands(self.groups[r]):
+                if other != t and _buf(self.loc[other]) is not None:
+                    found.add(_buf(self.loc[other]))
+        return found
+
+    def place_output(self, i: int, grp: Group, stage_bytes: int):
+        """First fit of group ``i``'s output in the buffer that grows least (ties: offset 0,
+        not the input's buffer, lowest index), leaving room for its input staging."""
+        t = grp.written
+        size = self.size(t)
+        t1 = max(self.blocks.graph.readers[t])
+        forbidden = self.read_port_conflicts(t)
+        in_buf = _buf(self.loc[grp.input])
+        sc = self.location(grp.shortcut)
+        best = None
+        for b in range(3):
+            off = None if b in forbidden else self.first_fit(b, size, i, t1)
+            if off is None:
+                continue
+            if stage_bytes and not self.fits(_staging_buffer(isa.buffer(b), sc), 0,
+                                             stage_bytes, i, i):
+                continue
+            key = (max(0, off + size - self.extent[b]), off > 0, b == in_buf, b)
+            if best is None or key < best[0]:
+                best = (key, b, off)
+        if best is None:
+            cap = "unlimited" if self.capacity is None else "/".join(map(str, self.capacity))
+            ports = f"; buffers {sorted(forbidden)} hold the other operand of a reader" \
+                if forbidden else ""
+            raise AllocationError(
+                f"group {i} ({grp.name}): no buffer can hold {t!r} ({size} B, live until "
+                f"group {t1}) beside the live data (capacities {cap} B{ports})")
+        _, b, off = best
+        self.add(_Item(b, off, off + size, i, t1, t))
+        self.loc[t] = isa.buffer(b, off)
+
+
+def allocate(graph: Graph, groups: Sequence[Group], program: Program, blocks: Blocks,
+             policy: Policy, capacity: Sequence[int] | None = None) -> Allocation:
+    """Static allocation of every frame-mode tensor (Algorithm 1 step 1, Fig. 13).
+
+    ``capacity``: bytes per buffer (None: unlimited, to measure the requirement).
+    """
+    modes = policy.group_modes(blocks)
+    return _Allocator(graph, groups, program, blocks, modes,
+                      None if capacity is None else tuple(capacity)).run()
+
+
+def place(program: Program, groups: Sequence[Group], alloc: Allocation) -> list[Instruction]:
+    """The program's instructions with the allocation's reuse modes and locations."""
+    out = []
+    for i, (grp, instr) in enumerate(zip(groups, program.instructions)):
+        changes = dict(reuse=alloc.modes[i], input=alloc.locations[grp.input],
+                       output=alloc.locations[grp.written])
+        if grp.shortcut is not None:
+            changes["shortcut"] = alloc.locations[grp.shortcut]
+        out.append(instr.replace(**changes))
+    return out
+
+
+def apply_policy(compiled, policy: Policy, blocks: Blocks | None = None) -> Program:
+    """A copy of ``compiled.program`` running ``policy``: reuse modes and locations rewritten,
+    nothing re-packed (DRAM scratch of tensors now on chip stays allocated, unused).
+
+    The allocation and eqs. 1–5 must fit the configuration's buffers (else
+    :class:`AllocationError` lists what does not fit); the result is proven by
+    :func:`check_program` and every instruction passes :func:`sfnpu.isa.validate`.
+    """
+    program = compiled.program
+    if blocks is None:
+        blocks = detect_blocks(compiled.graph, compiled.groups)
+    alloc = allocate(compiled.graph, compiled.groups, program, blocks, policy,
+                     program.config.buffer_bytes)
+    instructions = place(program, compiled.groups, alloc)
+    req = requirements(instructions, program.config, alloc.extents)
+    over = dataclasses.replace(Budget.of(program.config), bram18k=None).violations(req)
+    if over:
+        raise AllocationError(f"policy {policy.label or policy.modes} does not fit "
+                              f"{program.config.name!r}: " + "; ".join(map(str, over)))
+    for n, instr in enumerate(instructions):
+        try:
+            isa.validate(instr)
+        except isa.InstructionError as e:
+            raise AllocationError(f"instruction {n}: {e}") from None
+    check_program(compiled.graph, compiled.groups, instructions, program.config,
+                  program.config.buffer_bytes)
+    return dataclasses.replace(program, instructions=instructions,
+                               locations=dict(alloc.locations))
+
+
+# --------------------------------------------------------------------------------------------
+# Checker
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CheckReport:
+    extents: tuple[int, int, int]     # highest byte used per buffer (weights, staging included)
+    on_chip_tensors: int
+    frame_groups: int
+
+
+@dataclass
+class _Live:
+    tensor: str
+    buf: int
+    lo: int
+    hi: int
+    until: int        # last group reading it
+
+
+def _row_operands(instr: Instruction) -> list[tuple[str, Location, tuple[int, int]]]:
+    """(role, location, spatial size) of a group's feature-map operands."""
+    ops = [("input", instr.input, (instr.in_h, instr.in_w)),
+           ("output", instr.output, (instr.out_h, instr.out_w))]
+    if instr.eltwise == Eltwise.ADD:
+        ops.append(("shortcut", instr.shortcut, layout.conv_output_hw(instr)))
+    elif instr.eltwise == Eltwise.CHANNEL_SCALE:
+        ops.append(("shortcut", instr.shortcut, (1, 1)))
+    return ops
+
+
+def check_program(graph: Graph, groups: Sequence[Group], instructions: Sequence[Instruction],
+                  config: HwConfig, capacity: Sequence[int] | None = None) -> CheckReport:
+    """Prove that a placed program never loses data; raise :class:`AllocationError` otherwise.
+
+    Walks the groups in order and checks: every read finds the tensor at the location its
+    writer used; a group's input and shortcut are in different buffers (one read port each);
+    row-mode groups keep every feature map in DRAM (channel vectors may stay on chip); no
+    write, row-mode weight load or input staging
+    overlaps a tensor that is still to be read (liveness runs to its last reader, so a group's
+    output may not overlap its own operands); on-chip ranges stay inside ``capacity``; network
+    outputs end in DRAM.
+    """
+    if len(instructions) != len(groups):
+        raise AllocationError(f"{len(instructions)} instructions for {len(groups)} groups")
+    last_read: dict[str, int] = {}
+    for g in groups:
+        for t in operands(g):
+            last_read[t] = g.index
+    home: dict[str, tuple[MemSpace, int]] = {}
+    live: list[_Live] = []
+    extent = [0, 0, 0]
+    on_chip = set()
+    lanes = config.lanes
+
+    def fail(i: int, msg: str):
+        raise AllocationError(f"group {i} ({groups[i].name}): {msg}")
+
+    def clobber(i: int, buf: int, lo: int, hi: int, what: str, tensor: str | None = None):
+        if capacity is not None and hi > capacity[buf]:
+            fail(i, f"{what} [{lo:#x}, {hi:#x}) exceeds buffer {buf} ({capacity[buf]:#x} B)")
+        extent[buf] = max(extent[buf], hi)
+        for v in live:
+            if v.buf == buf and v.lo < hi and lo < v.hi and v.until >= i and v.tensor != tensor:
+                fail(i, f"{what} [{lo:#x}, {hi:#x}) in buffer {buf} overwrites {v.tensor!r} "
+                        f"[{v.lo:#x}, {v.hi:#x}), which group {v.until} still reads")
+
+    for i, (grp, instr) in enumerate(zip(groups, instructions)):
+        reads = [(grp.input, instr.input, "input")]
+        if grp.shortcut is not None:
+            reads.append((grp.shortcut, instr.shortcut, "shortcut"))
+        for t, loc, role in reads:
+            if t in graph.inputs and t not in home:
+                if loc.space != MemSpace.DRAM:
+                    fail(i, f"{role} {t!r} is a network input and lives in DRAM, not "
+                            f"{loc.space.name}")
+                continue
+            if t not in home:
+                fail(i, f"{role} {t!r} is read before any group writes it")
+            if home[t] != (loc.space, loc.offset):
+                fail(i, f"{role} {t!r} is read from {loc.space.name}+{loc.offset:#x} but was "
+                        f"written to {home[t][0].name}+{home[t][1]:#x}")
+        bufs = [_buf(loc) for _, loc, _ in reads]
+        if len(bufs) == 2 and bufs[0] is not None and bufs[0] == bufs[1]:
+            fail(i, f"input and shortcut are both read from buffer {bufs[0]} (one read port)")
+        if instr.reuse == Reuse.ROW:
+            for role, loc, hw in _row_operands(instr):
+                if _buf(loc) is not None and hw != (1, 1):
+                    fail(i, f"row-mode {role} is a {hw[0]}x{hw[1]} feature map on chip; row "
+                            "reuse streams feature maps from DRAM (only channel vectors may "
+                            "stay on chip, Fig. 13c)")
+        for res, what in ((row_weights(instr, config), "row-mode weights"),
+                          (staging(instr, config), "staged input")):
+            if res is not None:
+                loc, nbytes = res
+                clobber(i, _buf(loc), loc.offset, loc.offset + nbytes, what)
+        t = grp.written
+        where = (instr.output.space, instr.output.offset)
+        if t in home and home[t] != where:
+            fail(i, f"writes {t!r} to {where[0].name}+{where[1]:#x}, but it already lives at "
+                    f"{home[t][0].name}+{home[t][1]:#x}")
+        home[t] = where
+        b = _buf(instr.output)
+        if b is not None:
+            if t in graph.outputs:
+                fail(i, f"network output {t!r} must be written to DRAM")
+            if last_read.get(t, -1) <= i:
+                fail(i, f"writes {t!r} on chip, but no later group reads it")
+            acc = next(a for a in accesses(instr, config) if a.operand == "output")
+            clobber(i, b, acc.start, acc.end, f"output {t!r}", tensor=t)
+            full = layout.tensor_bytes(*graph.tensors[t].shape, lanes)
+            if not any(v.tensor == t for v in live):
+                live.append(_Live(t, b, instr.output.offset, instr.output.offset + full,
+                                  last_read[t]))
+            on_chip.add(t)
+        live = [v for v in live if v.until > i]
+    frames = sum(instr.reuse == Reuse.FRAME for instr in instructions)
+    return CheckReport(tuple(extent), len(on_chip), frames)
+
+
+# --------------------------------------------------------------------------------------------
+# Buffer requirements (eqs. 1–7)
+# --------------------------------------------------------------------------------------------
+
+def bram18k_eq7(nbytes: int, width_bits: int) -> int:
+    """Eq. 7: ⌈depth / 1024⌉ · ⌈width / 18⌉ for a memory ``width_bits`` wide."""
+    if nbytes <= 0:
+        return 0
+    depth = ceil(nbytes * 8 / width_bits)
+    return ceil(depth / 1024) * ceil(width_bits / 18)
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """On-chip memory a placed program needs, in bytes (our layouts: channel-blocked tensors
+    padded to ``lanes`` channels, weights padded to To×Ti blocks)."""
+    buffers: tuple[int, int, int]     # allocated extents; buffer 1 includes weight_buff (eq. 2)
+    algorithm1: tuple[int, int, int]  # Algorithm 1: largest tensor per buffer, offsets ignored
+    weight_buff: int                  # eq. 1
+    row_buff: int                     # eq. 3
+    out_buff: int                     # eq. 4 (32-bit partial sums)
+    write_buff: int                   # eq. 5
+    drivers: Mapping[str, int]        # requirement → the group that sets it
+    lanes: int
+    to: int
+
+    @property
+    def sram(self) -> int:
+        """Eq. 6."""
+        return sum(self.buffers) + self.row_buff + self.out_buff + self.write_buff
+
+    @property
+    def sram_algorithm1(self) -> int:
+        return sum(self.algorithm1) + self.row_buff + self.out_buff + self.write_buff
+
+    @property
+    def bram18k(self) -> int:
+        """Eq. 7 summed over the six buffers."""
+        fm = [*self.buffers, self.row_buff]
+        return (sum(bram18k_eq7(b, 8 * self.lanes) for b in fm)
+                + bram18k_eq7(self.out_buff, 32 * self.to)
+                + bram18k_eq7(self.write_buff, 8 * self.to))
+
+    def sizes(self) -> dict[str, int]:
+        return {"buffer 0": self.buffers[0], "buffer 1": self.buffers[1],
+                "buffer 2": self.buffers[2], "row buffer": self.row_buff,
+                "partial-sum buffer": self.out_buff, "write buffer": self.write_buff}
+
+
+def instruction_needs(instr: Instruction, config: HwConfig) -> dict[str, int]:
+    """One placed group's terms of eqs. 1, 3, 4 and 5 (bytes)."""
+    lanes, to = config.lanes, config.to
+    row = instr.reuse == Reuse.ROW
+    need: dict[str, int] = {}
+    if instr.conv != ConvKind.NONE:
+        if row:
+            need["weight_buff"] = layout.weight_bytes(instr, config)               # eq. 1
+        need["row_buff"] = (ROW_BUFFER_ROWS * instr.in_w                           # eq. 3
+                            * layout.channel_blocks(instr.in_c, lanes) * lanes)
+        h, w = layout.conv_output_hw(instr)
+        need["out_buff"] = (w if row else h * w) * to * PSUM_BYTES                  # eq. 4
+    if row:
+        need["write_buff"] = instr.out_w * to                                      # eq. 5
+    elif instr.output.space == MemSpace.DRAM:
+        need["write_buff"] = instr.out_w * instr.out_h * to
+    return need
+
+
+def requirements(instructions: Sequence[Instruction], config: HwConfig,
+                 extents: Sequence[int] | None = None) -> Requirements:
+    """Eqs. 1–7 for a placed program. ``extents``: allocated bytes per buffer (from
+    :class:`Allocation`); measured from the instructions when omitted."""
+    lanes, to = config.lanes, config.to
+    drivers: dict[str, int] = {}
+    best: dict[str, int] = {}
+
+    def at_least(name: str, value: int, i: int):
+        if value > best.get(name, 0):
+            best[name], drivers[name] = value, i
+
+    alg1 = [0, 0, 0]
+    for i, instr in enumerate(instructions):
+        for name, value in instruction_needs(instr, config).items():
+            at_least(name, value, i)
+        if instr.reuse == Reuse.ROW:
+            continue
+        # Algorithm 1 (steps 2–4): the largest tensor each buffer ever holds.
+        stage = staging(instr, config)
+        in_buf = _buf(stage[0]) if stage else _buf(instr.input)
+        if in_buf is not None:
+            alg1[in_buf] = max(alg1[in_buf], _input_bytes(instr, config))
+        for acc in accesses(instr, config):
+            b = _buf(getattr(instr, acc.operand)) if acc.operand in ("output", "shortcut") \
+                else None
+            if b is not None:
+                alg1[b] = max(alg1[b], acc.end - acc.start)
+    alg1[WEIGHT_BUFFER] = max(alg1[WEIGHT_BUFFER], best.get("weight_buff", 0))
+    if extents is None:
+        extents = _extents(instructions, config)
+    buffers = list(extents)
+    buffers[WEIGHT_BUFFER] = max(buffers[WEIGHT_BUFFER], best.get("weight_buff", 0))
+    for b in range(3):
+        drivers.setdefault(f"buffer {b}", -1)
+    return Requirements(tuple(buffers), tuple(alg1), best.get("weight_buff", 0),
+                        best.get("row_buff", 0), best.get("out_buff", 0),
+                        best.get("write_buff", 0), drivers, lanes, to)
+
+
+def _extents(instructions: Sequence[Instruction], config: HwConfig) -> tuple[int, int, int]:
+    ext = [0, 0, 0]
+    for instr in instructions:
+        for acc in accesses(instr, config):
+            b = _buf(getattr(instr, acc.operand))
+            if b is not None:
+                ext[b] = max(ext[b], acc.end)
+        for res in (row_weights(instr, config), staging(instr, config)):
+            if res is not None:
+                ext[_buf(res[0])] = max(ext[_buf(res[0])], res[0].offset + res[1])
+    return tuple(ext)
+
+
+# --------------------------------------------------------------------------------------------
+# Budgets
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Violation:
+    resource: str
+    need: int
+    have: int
+    group: int        # the group that sets the requirement (-1: the allocation as a whole)
+
+    def __str__(self) -> str:
+        unit = "BRAM18K" if self.resource == "BRAM18K" else "B"
+        who = f" (group {self.group})" if self.group >= 0 else ""
+        return f"{self.resource} needs {self.need} {unit}{who} > {self.have} {unit}"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """On-chip memory available; None means unlimited."""
+    buffers: tuple[int, int, int] | None
+    row_buff: int | None
+    out_buff: int | None
+    write_buff: int | None
+    bram18k: int | None
+
+    @staticmethod
+    def of(config: HwConfig) -> "Budget":
+        """The configuration's buffers and its FPGA's block RAMs."""
+        bram = DEVICES[config.device].bram18k if config.device else None
+        return Budget(tuple(config.buffer_bytes), config.row_buffer_bytes,
+                      config.psum_buffer_bytes, config.write_buffer_bytes, bram)
+
+    @staticmethod
+    def unlimited(bram18k: int | None = None) -> "Budget":
+        return Budget(None, None, None, None, bram18k)
+
+    def violations(self, req: Requirements) -> list[Violation]:
+        found = []
+        if self.buffers is not None:
+            for b in range(3):
+                if req.buffers[b] > self.buffers[b]:
+                    g = req.drivers["weight_buff"] if b == WEIGHT_BUFFER and \
+                        req.buffers[b] == req.weight_buff else -1
+                    found.append(Violation(f"buffer {b}", req.buffers[b], self.buffers[b], g))
+        for name in ("row_buff", "out_buff", "write_buff"):
+            have = getattr(self, name)
+            if have is not None and getattr(req, name) > have:
+                found.append(Violation(name, getattr(req, name), have, req.drivers[name]))
+        if self.bram18k is not None and req.bram18k > self.bram18k:
+            found.append(Violation("BRAM18K", req.bram18k, self.bram18k, -1))
+        return found
+
+
+# --------------------------------------------------------------------------------------------
+# DRAM traffic (eqs. 8–9 and exact bytes)
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GroupTraffic:
+    """DRAM bytes one group moves, from its instruction's locations (each access once)."""
+    fm_read: int
+    fm_write: int
+    weights: int
+    params: int
+
+    @property
+    def total(self) -> int:
+        return self.fm_read + self.fm_write + self.weights + self.params
+
+
+@dataclass(frozen=True)
+class Traffic:
+    groups: tuple[GroupTraffic, ...]
+    eq8_fm: int           # paper eq. 8 (feature maps), our tensor layouts
+    eq8_fm_dense: int     # eq. 8 with dense C·H·W bytes (no lane padding), as in the paper
+
+    @property
+    def fm(self) -> int:
+        return sum(g.fm_read + g.fm_write for g in self.groups)
+
+    @property
+    def weights(self) -> int:
+        return sum(g.weights for g in self.groups)
+
+    @property
+    def params(self) -> int:
+        return sum(g.params for g in self.groups)
+
+    @property
+    def total(self) -> int:
+        return self.fm + self.weights + self.params
+
+    @property
+    def eq9(self) -> int:
+        """Eq. 9: eq. 8 plus every weight once."""
+        return self.eq8_fm + self.weights
+
+
+def traffic(instructions: Sequence[Instruction], config: HwConfig,
+            groups: Sequence[Group] | None = None, graph: Graph | None = None) -> Traffic:
+    """Exact DRAM bytes per group, plus eq. 8 (``groups``/``graph`` give the concat parts and
+    the dense sizes; without them the dense figure is 0)."""
+    per = []
+    eq8 = eq8_dense = 0
+    for i, instr in enumerate(instructions):
+        got = {"input": 0, "shortcut": 0, "output": 0, "weights": 0, "params": 0}
+        for acc in accesses(instr, config):
+            if acc.space == MemSpace.DRAM:
+                got[acc.operand] += acc.end - acc.start
+        per.append(GroupTraffic(got["input"] + got["shortcut"], got["output"],
+                                got["weights"], got["params"]))
+        a, d = _eq8_terms(instr, config, None if groups is None else groups[i], graph)
+        eq8 += a
+        eq8_dense += d
+    return Traffic(tuple(per), eq8, eq8_dense)
+
+
+def _eq8_terms(instr: Instruction, config: HwConfig, grp: Group | None,
+               graph: Graph | None) -> tuple[int, int]:
+    """One group's eq. 8 terms (layout bytes, dense bytes)."""
+    lanes = config.lanes
+
+    def both(c, h, w):
+        return layout.tensor_bytes(c, h, w, lanes), c * h * w
+
+    terms = []
+    if instr.reuse == Reuse.ROW:
+        if instr.conv != ConvKind.NONE:
+            terms += [both(instr.in_c, instr.in_h, instr.in_w),
+                      both(instr.out_c, instr.out_h, instr.out_w)]
+        if instr.eltwise == Eltwise.ADD:
+            terms.append(both(instr.out_c, *layout.conv_output_hw(instr)))
+    elif grp is not None and grp.dest is not None:
+        c, h, w = instr.out_c, instr.out_h, instr.out_w
+        terms += [both(c, h, w)] * 2       # a route part: written once, read once
+    return sum(t[0] for t in terms), sum(t[1] for t in terms)

@@ -1,0 +1,371 @@
+"""DMA engine: moves bus words between DRAM (an AXI4 master port) and the datapath's streams.
+
+A command ``{address, length, direction}`` names a byte range. The engine transfers every bus
+word that range touches, as full-width INCR bursts of at most ``HwConfig.dram_max_burst`` beats
+that never cross a 4 KiB boundary:
+
+* READ: the words appear on ``read_data`` in address order, ``last`` on the command's final
+  word. A range that does not start or end on a word boundary brings the whole first and last
+  word; the consumer, which knows the address, drops the extra bytes.
+* WRITE: the engine takes one ``write_data`` word per bus word of the range (word-aligned, as
+  the read side delivers them) and writes only the range's bytes (write strobes).
+
+Reads and writes run concurrently; each direction works through its commands in order, and a
+new command of one direction is accepted once the previous one has issued all its bursts, so
+up to ``read_outstanding`` read bursts overlap the DRAM latency. There is no ordering between
+directions: a read of data still being written must wait for ``write_busy`` to fall.
+
+The DMA window: a command is executed only if every bus word it touches lies in
+``[window_base, window_limit)`` (checked on whole words, so no bus address outside the window
+is ever issued, whatever the window's alignment). Otherwise nothing is issued and the engine
+stops with ``DMA_WINDOW``.
+
+Errors (``ErrorCode`` of :mod:`sfnpu.regmap`): DMA_WINDOW, AXI_READ_ERROR / AXI_WRITE_ERROR
+(an R beat or B response other than OKAY) and TIMEOUT (the slave made no handshake for
+``watchdog`` cycles while the engine was waiting on it). The first error sets ``error``,
+``error_code`` and ``error_addr`` (command start for DMA_WINDOW, burst start for AXI errors) and
+puts the engine in a failed state that cannot hang the bus or the datapath: no new burst is
+issued, remaining bursts are dropped, commands are accepted and discarded, read beats still in
+flight are accepted but not passed on, and W beats owed for bursts already issued are sent with
+no byte strobe set. ``clear`` leaves the failed state once nothing is outstanding (``idle``).
+
+Counters for the CSR block: ``read_bytes`` is the bus width in every cycle an R beat is accepted
+(bus traffic, including beats drained after an error); ``write_bytes`` counts the bytes a W beat
+writes (its strobes).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from sfnpu.config import HwConfig
+from sfnpu.regmap import ErrorCode
+
+from .axi import BOUNDARY_BYTES, Axi4Signature, Burst, Resp
+
+__all__ = ["Direction", "command_layout", "DmaEngine"]
+
+
+class Direction(enum.Enum, shape=1):
+    READ = 0
+    WRITE = 1
+
+
+def command_layout(addr_width: int, length_bits: int) -> data.StructLayout:
+    """One DMA command: byte ``address``, ``length`` in bytes (0: nothing), ``direction``."""
+    return data.StructLayout({"address": addr_width, "length": length_bits,
+                              "direction": Direction})
+
+
+class DmaEngine(wiring.Component):
+    """AXI4 master DMA (see the module docstring).
+
+    Parameters
+    ----------
+    config : HwConfig
+        ``dram_bus_bits`` (data width) and ``dram_max_burst`` (beats per burst); latency and
+        bandwidth size the default ``read_outstanding``.
+    addr_width : int
+        Bus address bits.
+    length_bits : int
+        Width of a command's byte count.
+    read_outstanding, write_outstanding : int
+        Bursts in flight per direction. The defaults (:meth:`outstanding_to_stream`) keep a
+        long transfer at the DRAM's full bandwidth.
+
+    Signature
+    ---------
+    cmd : In(stream.Signature(command_layout(addr_width, length_bits)))
+    read_data : Out(stream.Signature(StructLayout({"data": bus bits, "last": 1})))
+    write_data : In(stream.Signature(bus bits))
+    bus : Out(Axi4Signature(addr_width, bus bits))
+    window_base, window_limit : In(64)
+        The DMA window (CSR DMA_WINDOW_BASE / DMA_WINDOW_LIMIT), limit exclusive.
+    watchdog : In(32)
+        Slave stall cycles before TIMEOUT (CSR WATCHDOG), 0 = never.
+    clear : In(1)
+        Leave the failed state (effective while ``idle``).
+    error : Out(1)
+        The engine is in the failed state.
+    error_code : Out(ErrorCode)
+    error_addr : Out(addr_width)
+    read_busy, write_busy : Out(1)
+        A command of that direction has bursts left or outstanding (``write_busy`` falls after
+        the last write response: the data is in DRAM).
+    idle : Out(1)
+        Neither busy: no bus transaction outstanding.
+    read_bytes, write_bytes : Out(range(bus bytes + 1))
+        DRAM bytes moved in this cycle (see the module docstring).
+
+    Timing: a command accepted in cycle *c* issues its first burst address in cycle *c* + 2
+    (:attr:`ISSUE_LATENCY`); further bursts follow one per cycle while fewer than
+    ``*_outstanding`` are in flight. Read beats pass from R to ``read_data`` combinationally.
+    """
+
+    #: Cycles from an accepted command to its first AR/AW valid.
+    ISSUE_LATENCY = 2
+    #: Cycles from the last beat of a burst to the next AR/AW valid when the outstanding
+    #: limit held it back.
+    REISSUE_LATENCY = 2
+
+    def __init__(self, config: HwConfig, *, addr_width: int = 32, length_bits: int = 24,
+                 read_outstanding: int | None = None, write_outstanding: int | None = None):
+        self.config = config
+        self.bus_bytes = config.dram_bus_bytes
+        self.data_width = config.dram_bus_bits
+        self.max_burst = config.dram_max_burst
+        self.addr_width = addr_width
+        self.length_bits = length_bits
+        self.read_outstanding = read_outstanding or self.outstanding_to_stream(config)
+        self.write_outstanding = write_outstanding or self.outstanding_to_stream(config)
+        if not self.bus_bytes.bit_length() - 1 < addr_width <= 64:
+            raise ValueError(f"addr_width {addr_width} must be above log2 of the bus bytes "
+                             "and at most 64")
+        if not 1 <= length_bits <= addr_width:
+            raise ValueError(f"length_bits must be 1..addr_width, not {length_bits}")
+        if self.read_outstanding < 1 or self.write_outstanding < 1:
+            raise ValueError("outstanding limits must be at least 1")
+        super().__init__({
+            "cmd": In(stream.Signature(command_layout(addr_width, length_bits))),
+            "read_data": Out(stream.Signature(data.StructLayout(
+                {"data": self.data_width, "last": 1}))),
+            "write_data": In(stream.Signature(self.data_width)),
+            "bus": Out(Axi4Signature(addr_width, self.data_width)),
+            "window_base": In(64),
+            "window_limit": In(64),
+            "watchdog": In(32),
+            "clear": In(1),
+            "error": Out(1),
+            "error_code": Out(ErrorCode),
+            "error_addr": Out(addr_width),
+            "read_busy": Out(1),
+            "write_busy": Out(1),
+            "idle": Out(1),
+            "read_bytes": Out(range(self.bus_bytes + 1)),
+            "write_bytes": Out(range(self.bus_bytes + 1)),
+        })
+
+    @classmethod
+    def outstanding_to_stream(cls, config: HwConfig) -> int:
+        """Fewest bursts in flight that hide the latency of a long transfer of full bursts.
+
+        Burst *j* + *O* is issued ``REISSUE_LATENCY`` cycles after the last beat of burst *j*
+        and its data is due *L* cycles later; meanwhile the memory streams the (*O* − 1)·n
+        beats in between, one every B/bpc cycles: no gap when
+        ``floor(((O − 1)·n + 1) · B/bpc) ≥ L + REISSUE_LATENCY``.
+        """
+        beat_cycles = Fraction(config.dram_bus_bytes) / config.dram_bytes_per_cycle
+        n = min(config.dram_max_burst, BOUNDARY_BYTES // config.dram_bus_bytes)
+        need = config.dram_latency + cls.REISSUE_LATENCY
+        outstanding = 1
+        while int(((outstanding - 1) * n + 1) * beat_cycles) < need:
+            outstanding += 1
+        return outstanding
+
+    def _burst_words(self, m, next_word, words_left):
+        """Beats of the next burst: the words left, at most ``max_burst``, and never past the
+        next 4 KiB boundary."""
+        page_words = BOUNDARY_BYTES // self.bus_bytes
+        to_boundary = Signal(range(page_words + 1))
+        m.d.comb += to_boundary.eq(page_words - next_word[:page_words.bit_length() - 1])
+        by_length = Mux(words_left < self.max_burst, words_left, self.max_burst)
+        return Mux(to_boundary < by_length, to_boundary, by_length)
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.bus
+        B = self.bus_bytes
+        size_log2 = B.bit_length() - 1
+        word_bits = self.addr_width - size_log2
+        page_words = BOUNDARY_BYTES // B
+        count_bits = self.length_bits + 1            # words of one command, with margin
+        all_strobes = (1 << B) - 1
+
+        failed = Signal()
+        raise_error = []                              # (condition, code, address), by priority
+
+        # -- command decode and the window check ---------------------------------------------
+        cmd = self.cmd.payload
+        end = Signal(self.addr_width + 1)
+        first_word = Signal(word_bits)
+        end_word = Signal(word_bits + 2)              # first word after the range
+        m.d.comb += [
+            end.eq(cmd.address + cmd.length),
+            first_word.eq(cmd.address[size_log2:]),
+            end_word.eq((end + (B - 1))[size_log2:]),
+        ]
+        # A range running past the top of the address space would wrap: never in the window.
+        in_window = (((first_word << size_log2) >= self.window_base)
+                     & ((end_word << size_log2) <= self.window_limit)
+                     & ((end_word << size_log2) <= 1 << self.addr_width))
+        is_write = cmd.direction == Direction.WRITE
+
+        def burst_issuer(channel, outstanding_limit, completed):
+            """Split the current command of one direction into bursts on ``channel``."""
+            next_word = Signal(word_bits)
+            words_left = Signal(count_bits)
+            outstanding = Signal(range(outstanding_limit + 1))
+            burst = Signal(range(max(self.max_burst, page_words) + 1))
+            m.d.comb += burst.eq(self._burst_words(m, next_word, words_left))
+            can_load = ~channel.valid | channel.ready
+            issue = Signal()
+            m.d.comb += issue.eq(can_load & (words_left != 0) & ~failed
+                                 & (outstanding < outstanding_limit))
+            with m.If(can_load):
+                m.d.sync += channel.valid.eq(issue)
+            with m.If(issue):
+                m.d.sync += [
+                    channel.payload.addr.eq(next_word << size_log2),
+                    channel.payload.len.eq(burst - 1),
+                    channel.payload.size.eq(size_log2),
+                    channel.payload.burst.eq(Burst.INCR),
+                    next_word.eq(next_word + burst),
+                    words_left.eq(words_left - burst),
+                ]
+            with m.If(issue & ~completed):
+                m.d.sync += outstanding.eq(outstanding + 1)
+            with m.Elif(completed & ~issue):
+                m.d.sync += outstanding.eq(outstanding - 1)
+            return next_word, words_left, outstanding, burst, issue
+
+        # -- read channel --------------------------------------------------------------------
+        read_info = data.StructLayout({"last": 1, "addr": self.addr_width})
+        m.submodules.read_info = read_fifo = SyncFIFO(width=read_info.size,
+                                                      depth=self.read_outstanding)
+        r_fire = bus.r.valid & bus.r.ready
+        r_done = r_fire & bus.r.payload.last
+        rd_word, rd_left, rd_outstanding, rd_burst, rd_issue = burst_issuer(
+            bus.ar, self.read_outstanding, r_done)
+        pushed = data.View(read_info, read_fifo.w_data)
+        m.d.comb += [
+            read_fifo.w_en.eq(rd_issue),
+            pushed.last.eq(rd_left == rd_burst),
+            pushed.addr.eq(rd_word << size_log2),
+        ]
+        burst_info = data.View(read_info, read_fifo.r_data)
+        r_ok = bus.r.payload.resp == Resp.OKAY
+        m.d.comb += [
+            self.read_data.valid.eq(bus.r.valid & r_ok & ~failed),
+            self.read_data.payload.data.eq(bus.r.payload.data),
+            self.read_data.payload.last.eq(bus.r.payload.last & burst_info.last),
+            bus.r.ready.eq(self.read_data.ready | failed | ~r_ok),
+            read_fifo.r_en.eq(r_done),
+            self.read_bytes.eq(Mux(r_fire, B, 0)),
+        ]
+        raise_error.append((r_fire & ~r_ok, ErrorCode.AXI_READ_ERROR, burst_info.addr))
+
+        # -- write channel -------------------------------------------------------------------
+        beats = data.StructLayout({"beats_m1": 8, "first": 1, "head": size_log2 or 1,
+                                   "last": 1, "tail": size_log2 or 1})
+        m.submodules.write_beats = w_fifo = SyncFIFO(width=beats.size,
+                                                     depth=self.write_outstanding)
+        m.submodules.write_addrs = b_fifo = SyncFIFO(width=self.addr_width,
+                                                     depth=self.write_outstanding)
+        b_fire = bus.b.valid & bus.b.ready
+        wr_word, wr_left, wr_outstanding, wr_burst, wr_issue = burst_issuer(
+            bus.aw, self.write_outstanding, b_fire)
+        head = Signal(size_log2 or 1)                 # first byte lane of the command
+        tail = Signal(size_log2 or 1)                 # lanes in its last word (0: all)
+        first_burst = Signal()
+        pushed = data.View(beats, w_fifo.w_data)
+        m.d.comb += [
+            w_fifo.w_en.eq(wr_issue),
+            pushed.beats_m1.eq(wr_burst - 1),
+            pushed.first.eq(first_burst),
+            pushed.head.eq(head),
+            pushed.last.eq(wr_left == wr_burst),
+            pushed.tail.eq(tail),
+            b_fifo.w_en.eq(wr_issue),
+            b_fifo.w_data.eq(wr_word << size_log2),
+        ]
+        with m.If(wr_issue):
+            m.d.sync += first_burst.eq(0)
+
+        burst = data.View(beats, w_fifo.r_data)
+        w_beat = Signal(8)
+        first_beat = burst.first & (w_beat == 0)
+        last_beat = burst.last & (w_beat == burst.beats_m1)
+        lanes_all = Const(all_strobes, B)
+        head_mask = (lanes_all << burst.head)[:B] if size_log2 else lanes_all
+        tail_mask = Mux(burst.tail == 0, lanes_all,
+                        ((Const(1, B + 1) << burst.tail) - 1)[:B]) if size_log2 else lanes_all
+        strobes = lanes_all & Mux(first_beat, head_mask, lanes_all) \
+            & Mux(last_beat, tail_mask, lanes_all)
+        written = (Mux(last_beat & (burst.tail != 0), burst.tail, B)
+                   - Mux(first_beat, burst.head, 0)) if size_log2 else B
+        w_fire = bus.w.valid & bus.w.ready
+        m.d.comb += [
+            bus.w.valid.eq(w_fifo.r_rdy & (self.write_data.valid | failed)),
+            bus.w.payload.data.eq(self.write_data.payload),
+            bus.w.payload.strb.eq(Mux(failed, 0, strobes)),
+            bus.w.payload.last.eq(w_beat == burst.beats_m1),
+            self.write_data.ready.eq(w_fifo.r_rdy & bus.w.ready & ~failed),
+            self.write_bytes.eq(Mux(w_fire & ~failed, written, 0)),
+            bus.b.ready.eq(1),
+            b_fifo.r_en.eq(b_fire),
+        ]
+        with m.If(w_fire):
+            m.d.sync += w_beat.eq(w_beat + 1)
+            with m.If(bus.w.payload.last):
+                m.d.sync += w_beat.eq(0)
+                m.d.comb += w_fifo.r_en.eq(1)
+        raise_error.append((b_fire & (bus.b.payload.resp != Resp.OKAY),
+                            ErrorCode.AXI_WRITE_ERROR, b_fifo.r_data))
+
+        # -- accepting commands --------------------------------------------------------------
+        engine_free = Mux(is_write, wr_left == 0, rd_left == 0)
+        m.d.comb += self.cmd.ready.eq(engine_free | failed)
+        accept = self.cmd.valid & self.cmd.ready & ~failed & (cmd.length != 0)
+        with m.If(accept & in_window):
+            with m.If(is_write):
+                m.d.sync += [
+                    wr_word.eq(first_word),
+                    wr_left.eq(end_word - first_word),
+                    head.eq(cmd.address[:size_log2] if size_log2 else 0),
+                    tail.eq(end[:size_log2] if size_log2 else 0),
+                    first_burst.eq(1),
+                ]
+            with m.Else():
+                m.d.sync += [rd_word.eq(first_word), rd_left.eq(end_word - first_word)]
+        raise_error.insert(0, (accept & ~in_window, ErrorCode.DMA_WINDOW, cmd.address))
+
+        # -- watchdog: cycles the slave keeps the engine waiting without any handshake -------
+        handshake = ((bus.ar.valid & bus.ar.ready) | (bus.aw.valid & bus.aw.ready)
+                     | w_fire | r_fire | b_fire)
+        waiting = ((bus.ar.valid & ~bus.ar.ready) | (bus.aw.valid & ~bus.aw.ready)
+                   | (bus.w.valid & ~bus.w.ready)
+                   | ((rd_outstanding != 0) & ~bus.r.valid)
+                   | ((wr_outstanding != 0) & ~w_fifo.r_rdy & ~bus.b.valid))
+        stalled = Signal(32)
+        m.d.sync += stalled.eq(Mux(waiting & ~handshake, stalled + 1, 0))
+        raise_error.append(((self.watchdog != 0) & (stalled >= self.watchdog),
+                            ErrorCode.TIMEOUT, 0))
+
+        # -- error state: the first error wins; the listed order breaks ties ------------------
+        for condition, code, address in reversed(raise_error):
+            with m.If(condition & ~failed):
+                m.d.sync += [failed.eq(1), self.error_code.eq(code),
+                             self.error_addr.eq(address)]
+        with m.If(failed):                            # drop the bursts not yet issued
+            m.d.sync += [rd_left.eq(0), wr_left.eq(0)]
+        for condition, _, _ in raise_error:
+            with m.If(condition):
+                m.d.sync += [rd_left.eq(0), wr_left.eq(0)]
+
+        read_busy = (rd_left != 0) | (rd_outstanding != 0)
+        write_busy = (wr_left != 0) | (wr_outstanding != 0)
+        m.d.comb += [
+            self.read_busy.eq(read_busy),
+            self.write_busy.eq(write_busy),
+            self.idle.eq(~read_busy & ~write_busy),
+            self.error.eq(failed),
+        ]
+        with m.If(self.clear & ~read_busy & ~write_busy):
+            m.d.sync += [failed.eq(0), self.error_code.eq(ErrorCode.NONE),
+                         self.error_addr.eq(0)]
+        return m

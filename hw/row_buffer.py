@@ -1,0 +1,551 @@
+"""Wide circular row buffer and sliding-window generator (ShortcutFusion Sec. III-B, eq. 3).
+
+Storage
+-------
+:data:`~sfnpu.config.ROW_BUFFER_ROWS` (6) banks of ``max_row_words = max_row_bytes / lanes``
+words; a word is ``lanes`` bytes, one pixel of one channel block. An input row is ``row_words =
+blocks · in_w`` words, streamed in the order ``[cb][x]`` (that row of every channel block of the
+layout ``[C/L][H][W][L]``). Row ``r`` goes to bank ``r mod 6`` at *place* ``(r div 6) mod
+places``, where ``places = ⌊max_row_words / row_words⌋`` rows fit in one bank, so the buffer
+holds ``capacity = 6·places`` rows: with full-width rows, five feed a 5×5 window while the sixth
+is prefetched, as in the paper; rows at most half as wide leave two places per bank, which a 6-
+or 7-row kernel plus prefetch needs. ``kh ≤ capacity`` is required (:func:`window_params`
+checks it; the compiler tiles wider rows).
+
+Windows
+-------
+For output row ``oy`` (input rows ``y0 … y0+kh−1``, ``y0 = oy·sh − pad_top``), every pass
+(``repeats × blocks``, channel block ``pass mod blocks``) and every output column, the reader
+fetches the window's *columns*: the same word of up to six rows, one row per bank, in one cycle
+(a 7-row column takes two cycles, *parts*; its 7th row shares the bank of its first). Columns
+shift into a ``MAX_KERNEL × MAX_KERNEL`` window register; positions outside the image are marked
+and read as ``zero_point``. The first window of a pass fetches all ``kw`` columns, the next ones
+the ``min(sw, kw)`` columns that slide in. A complete window moves to the hold register, which
+emits it as ``P`` steps (one tap, or ``Ti/2`` taps in depthwise mode, per step;
+:func:`~sfnpu.hw.conv_array.steps_per_pixel`) while the next window is fetched.
+
+Timing
+------
+Cycle exact; :func:`window_schedule` is this contract in executable form. Cycle 0 is the cycle
+after ``start``; ``o_stream`` is assumed ready whenever valid (the conv array's join), except that
+the very first step may wait for its weights.
+
+* Writer: stores one word in every cycle in which ``i_stream`` is valid and the row being
+  written, ``r``, fits: ``r < max(y0, 0) + capacity`` for the output row the reader is on. A row
+  is complete from the cycle after its last word.
+* Reader, one column part per cycle: a read is issued in the cycle in which stage 1 (the bank
+  data register) frees — it is empty, or its part moves into the window register in that cycle
+  — and, for the first read of an output row, no earlier than the first cycle in which rows
+  ``y0 … min(y0 + kh, in_h) − 1`` are complete (``ready``). The reader moves to the next
+  output row in the cycle after issuing its last read.
+* Window register: a part moves in one cycle after its read, and the first part of window
+  ``m`` not before cycle ``e_{m−1} − 1``, so a window's ``F`` parts move in on consecutive
+  cycles ``s_m … s_m + F − 1`` with ``s_m = max(issue + 1, e_{m−1} − 1)``.
+* Emission: ``e_m``, the cycle in which window ``m``'s first step is emitted (``o_stream``
+  valid from ``e_m + 1``, step ``k`` emitted at ``e_m + k``), is ``max(s_m + F_m + 1,
+  e_{m−1} + P)``. While input rows are present this is ``e_m = e_{m−1} + max(P, F_m)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from sfnpu.config import MAX_KERNEL, ROW_BUFFER_ROWS, HwConfig
+from sfnpu.isa import ConvKind, Instruction, InstructionLayout
+from sfnpu.layout import channel_blocks, conv_output_hw
+
+from .conv_array import _check, depthwise_taps, fetch_cycles, fetch_parts, steps_per_pixel, \
+    window_step_layout
+
+__all__ = ["RowBuffer", "window_params_layout", "window_params", "window_schedule"]
+
+#: Rows of the window register: one per bank, plus the rows of a kernel taller than the banks.
+_WINDOW_ROWS = ROW_BUFFER_ROWS + max(0, MAX_KERNEL - ROW_BUFFER_ROWS)
+_MAX_PARTS = fetch_parts(MAX_KERNEL)
+assert _MAX_PARTS <= 2, "a column is fetched in at most two parts"
+
+_ISA = data.Layout.cast(InstructionLayout)
+
+
+def window_params_layout(config: HwConfig) -> data.StructLayout:
+    """Per-convolution parameters of the window generator (held while ``busy``). Fields taken
+    from the instruction keep its widths."""
+    max_words = config.max_row_bytes // config.lanes
+    isa = {name: _ISA[name].shape for name in ("kh", "kw", "sh", "sw", "pad_top", "pad_left",
+                                               "in_h", "in_w")}
+    return data.StructLayout({
+        "depthwise": 1,
+        **isa,
+        "out_h": _ISA["in_h"].shape,         # convolution output, before pooling
+        "out_w": _ISA["in_w"].shape,
+        "blocks": _ISA["in_c"].shape,        # channel blocks per input row
+        "repeats": _ISA["out_c"].shape,      # output-channel blocks (normal), 1 (depthwise)
+        "row_words": range(max_words + 1),   # blocks · in_w
+        "places": range(max_words + 1),      # rows per bank
+        "zero_point": _ISA["in_zp"].shape,   # padding value (raw 8 bits)
+    })
+
+
+@dataclass(frozen=True)
+class _Params:
+    depthwise: bool
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    pad_top: int
+    pad_left: int
+    in_h: int
+    in_w: int
+    out_h: int
+    out_w: int
+    blocks: int
+    repeats: int
+    row_words: int
+    places: int
+    zero_point: int
+
+
+def window_params(instr: Instruction, config: HwConfig, zero_point: int | None = None) -> dict:
+    """The :func:`window_params_layout` values of a group's convolution; raises ``ValueError``
+    when its input rows do not fit the row buffer. ``zero_point`` defaults to ``in_zp``."""
+    _check(config)
+    depthwise = instr.conv == ConvKind.DEPTHWISE
+    blocks = channel_blocks(instr.in_c, config.lanes)
+    row_words = blocks * instr.in_w
+    max_words = config.max_row_bytes // config.lanes
+    if row_words > max_words:
+        raise ValueError(f"an input row of {instr.in_w}×{instr.in_c} needs {row_words} words; "
+                         f"a row-buffer bank holds {max_words}")
+    places = max_words // row_words
+    if instr.kh > ROW_BUFFER_ROWS * places:
+        raise ValueError(f"a {instr.kh}-row kernel needs {instr.kh} resident rows; rows of "
+                         f"{row_words} words leave room for {ROW_BUFFER_ROWS * places}")
+    out_h, out_w = conv_output_hw(instr)
+    zp = instr.in_zp if zero_point is None else zero_point
+    return dict(
+        depthwise=int(depthwise), kh=instr.kh, kw=instr.kw, sh=instr.sh, sw=instr.sw,
+        pad_top=instr.pad_top, pad_left=instr.pad_left, in_h=instr.in_h, in_w=instr.in_w,
+        out_h=out_h, out_w=out_w, blocks=blocks,
+        repeats=1 if depthwise else channel_blocks(instr.out_c, config.to),
+        row_words=row_words, places=places, zero_point=zp & 0xFF)
+
+
+def window_schedule(params: dict, config: HwConfig, first_word: int,
+                    weights_ready: int) -> list[int]:
+    """``e_m`` of every window, in emission order (output row, pass, column), under the timing
+    contract of the module docstring: cycle 0 is the cycle after ``start``, input words are
+    offered on every cycle from ``first_word`` on, the first weight step is valid from cycle
+    ``weights_ready`` on, and nothing else stalls ``o_stream``.
+    """
+    p = _Params(**params)
+    steps = steps_per_pixel(p.depthwise, p.kh, p.kw, config)
+    capacity = ROW_BUFFER_ROWS * p.places
+    write_end = []              # cycle after the last word of each row was written
+    released = [0]              # released[k]: first cycle in which the reader is on row k
+
+    def complete(row):
+        """First cycle in which rows 0..row are complete (written in order, as allowed)."""
+        while len(write_end) <= row:
+            r = len(write_end)
+            start = max(first_word, write_end[-1] if write_end else first_word)
+            # Row r may start once the reader works on an output row whose first row is above
+            # r − capacity.
+            oy = 0
+            while max(oy * p.sh - p.pad_top, 0) + capacity <= r and oy < p.out_h:
+                oy += 1
+            if oy >= len(released):
+                raise RuntimeError("row needed before it can be written: kh > capacity")
+            write_end.append(max(start, released[oy]) + p.row_words)
+        return write_end[row]
+
+    times, previous, previous_shift = [], None, None
+    for oy in range(p.out_h):
+        y_end = min(oy * p.sh - p.pad_top + p.kh, p.in_h)
+        ready = complete(y_end - 1)             # first cycle the reader sees the rows
+        first_of_row = True
+        for _ in range(p.repeats * p.blocks):
+            for ox in range(p.out_w):
+                fetch = fetch_cycles(p.kh, p.kw, p.sw, ox == 0)
+                # Stage 1 takes a read in the cycle its previous one moves into the window
+                # register (at the end of `previous_shift`), and the reader starts an output
+                # row only once its rows are complete.
+                issue = ready if first_of_row else previous_shift
+                if previous_shift is not None:
+                    issue = max(issue, previous_shift)
+                # A window's first column enters the window register one cycle after its read,
+                # and not before the previous window has moved to the hold register (at the
+                # end of cycle previous − 1); its other columns follow on consecutive cycles.
+                first_shift = issue + 1 if previous is None else max(issue + 1, previous - 1)
+                last_shift = first_shift + fetch - 1
+                emitted = last_shift + 2
+                if previous is None:            # the first step also waits for its weights
+                    emitted = max(emitted, weights_ready - 1)
+                else:
+                    emitted = max(emitted, previous + steps)
+                times.append(emitted)
+                last_read = last_shift - 1 if fetch > 1 else issue
+                previous, previous_shift, first_of_row = emitted, last_shift, False
+        released.append(last_read + 1)          # the reader moves to the next output row
+    return times
+
+
+class RowBuffer(wiring.Component):
+    """Circular row buffer producing sliding windows as a stream of steps.
+
+    Parameters
+    ----------
+    config : HwConfig
+        ``lanes`` (bytes per word), ``max_row_bytes`` (bank size), ``ti`` (taps per step in
+        depthwise mode).
+
+    Signature
+    ---------
+    i_stream : In(stream.Signature(ArrayLayout(unsigned(8), lanes)))
+        Input words, row by row, each row ``[cb][x]``; exactly ``in_h · row_words`` words.
+    o_stream : Out(stream.Signature(window_step_layout(config)))
+        Window steps: per output row, pass and column, ``steps`` steps.
+    params : In(window_params_layout(config))
+        The convolution; sampled at ``start`` and held while ``busy``.
+    start : In(1)
+        Begins a convolution (ignored while busy).
+    busy : Out(1)
+        From the cycle after ``start`` until every input word is taken and every step sent.
+    steps : Out(range(MAX_KERNEL² + 1))
+        Steps per window (``P``), valid while busy: the weight buffer replays that many.
+    """
+
+    def __init__(self, config: HwConfig):
+        _check(config)
+        self.config = config
+        self.lanes = config.lanes
+        self.taps = depthwise_taps(config)
+        self.max_words = config.max_row_bytes // config.lanes
+        super().__init__({
+            "i_stream": In(stream.Signature(data.ArrayLayout(unsigned(8), self.lanes))),
+            "o_stream": Out(stream.Signature(window_step_layout(config))),
+            "params": In(window_params_layout(config)),
+            "start": In(1),
+            "busy": Out(1),
+            "steps": Out(range(MAX_KERNEL * MAX_KERNEL + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        prm = self.params
+        banks, lanes, taps = ROW_BUFFER_ROWS, self.lanes, self.taps
+        word_shape = unsigned(8 * lanes)
+        coord = signed(16)          # signed row/column coordinates (input size is 12 bits)
+
+        # -- derived parameters -----------------------------------------------------------------
+        def times_small(value, small):
+            """``value · small`` as shift-and-add over the bits of the small operand (a
+            multiplier would take a DSP block for a few adders' worth of logic)."""
+            return sum(Mux(small[k], value << k, 0) for k in range(len(small)))
+
+        kernel_taps = Signal(range(MAX_KERNEL * MAX_KERNEL + 1))
+        m.d.comb += kernel_taps.eq(times_small(prm.kw, prm.kh))
+        shift = (taps - 1).bit_length()          # taps is a power of two
+        m.d.comb += self.steps.eq(Mux(prm.depthwise, (kernel_taps + taps - 1) >> shift,
+                                      kernel_taps))
+        parts = Mux(prm.kh > banks, 2, 1) if _MAX_PARTS > 1 else Const(1)
+        slide = Mux(prm.sw < prm.kw, prm.sw, prm.kw)          # columns that slide in
+        capacity = Signal(range(banks * self.max_words + 1))
+        m.d.comb += capacity.eq(times_small(prm.places, Const(banks)))
+
+        def next_place(place, offset):
+            """The place after ``place`` (index, word offset), wrapping at ``places``."""
+            last = place + 1 >= prm.places
+            return Mux(last, 0, place + 1), Mux(last, 0, offset + prm.row_words)
+
+        # -- memories: one bank per row slot ----------------------------------------------------
+        read_ports, write_ports = [], []
+        for b in range(banks):
+            memory = Memory(shape=word_shape, depth=self.max_words, init=[])
+            m.submodules[f"bank_{b}"] = memory
+            read_ports.append(memory.read_port())
+            write_ports.append(memory.write_port())
+
+        # -- control: start / busy ----------------------------------------------------------------
+        reading = Signal()          # the reader still has column reads to issue
+        start = self.start & ~self.busy
+
+        # -- writer ---------------------------------------------------------------------------
+        rows_written = Signal(range(1 << len(prm.in_h)))
+        word = Signal(range(self.max_words))
+        w_bank = Signal(range(banks))
+        w_place = Signal(range(self.max_words + 1))
+        w_offset = Signal(range(self.max_words))
+        free_from = Signal(coord)     # rows below the reader's current first row are free
+        writing = Signal()
+        m.d.comb += writing.eq(self.busy & (rows_written < prm.in_h))
+        room = (rows_written < free_from + capacity) | ~reading
+        m.d.comb += self.i_stream.ready.eq(writing & room)
+        for b, port in enumerate(write_ports):
+            m.d.comb += [
+                port.addr.eq(w_offset + word),
+                port.data.eq(self.i_stream.payload.as_value()),
+                port.en.eq(self.i_stream.valid & self.i_stream.ready & (w_bank == b)),
+            ]
+        with m.If(start):
+            m.d.sync += [rows_written.eq(0), word.eq(0), w_bank.eq(0), w_place.eq(0),
+                         w_offset.eq(0)]
+        with m.Elif(self.i_stream.valid & self.i_stream.ready):
+            with m.If(word + 1 == prm.row_words):
+                m.d.sync += [word.eq(0), rows_written.eq(rows_written + 1)]
+                with m.If(w_bank == banks - 1):
+                    place, offset = next_place(w_place, w_offset)
+                    m.d.sync += [w_bank.eq(0), w_place.eq(place), w_offset.eq(offset)]
+                with m.Else():
+                    m.d.sync += w_bank.eq(w_bank + 1)
+            with m.Else():
+                m.d.sync += word.eq(word + 1)
+
+        # -- reader, stage 0: column addresses ----------------------------------------------------
+        # Position of input row y0 in the ring: bank b0 and the word offsets of its place and of
+        # the next two (a window spans at most three places of a bank: b < b0, and part 2).
+        oy = Signal(range(1 << len(prm.out_h)))
+        rep = Signal(len(prm.repeats))
+        cb = Signal(len(prm.blocks))
+        ox = Signal(range(1 << len(prm.out_w)))
+        y0 = Signal(coord)
+        b0 = Signal(range(banks))
+        offsets = [Signal(range(self.max_words), name=f"place_offset_{k}") for k in range(3)]
+        place2 = Signal(range(self.max_words + 1))       # index of the place at offsets[2]
+        cb_offset = Signal(range(self.max_words + 1))    # cb · in_w
+        window_x = Signal(coord)                          # leftmost column of the window
+        column = Signal(coord)                            # column being fetched
+        fetched = Signal(range(MAX_KERNEL))               # columns of this window fetched
+        part = Signal(range(_MAX_PARTS))
+        first_window = Signal()                           # first window of a pass
+
+        y_end = Signal(coord)
+        m.d.comb += y_end.eq(Mux(y0 + prm.kh < prm.in_h, y0 + prm.kh, prm.in_h))
+        rows_ready = rows_written >= y_end
+        columns = Mux(first_window, prm.kw, slide)
+        last_part = part + 1 >= parts
+        last_column = last_part & (fetched + 1 == columns)
+
+        r1_valid = Signal()
+        r1_load = Signal()            # stage 1 takes a new read this cycle
+        issue = Signal()
+        m.d.comb += issue.eq(reading & rows_ready & r1_load)
+
+        # Which kernel row each bank serves in this part, and whether it is padding.
+        pads = Signal(_WINDOW_ROWS)   # per window-register row (bank order, then extra rows)
+        column_inside = (column >= 0) & (column < prm.in_w)
+        for b, port in enumerate(read_ports):
+            above = Const(b) < b0                        # the row wrapped past the last bank
+            ky = Mux(above, b + banks, b) - b0 + part * banks
+            place = above + part
+            row = y0 + ky
+            inside = (ky < prm.kh) & (row >= 0) & (row < prm.in_h) & column_inside
+            m.d.comb += [
+                port.addr.eq(Array(offsets)[place] + cb_offset + column),
+                port.en.eq(r1_load),
+            ]
+            m.d.comb += pads[b].eq(~inside | (part != 0))    # part 2 writes extra rows only
+        for extra in range(_WINDOW_ROWS - banks):        # kernel row banks + extra, part 2
+            ky = banks + extra
+            row = y0 + ky
+            inside = (ky < prm.kh) & (row >= 0) & (row < prm.in_h) & column_inside
+            m.d.comb += pads[banks + extra].eq(~inside)
+
+        def advance_rows():
+            """Move the ring position from row y0 to row y0 + sh (sh ≤ 2 < banks)."""
+            bank = b0 + prm.sh
+            m.d.sync += y0.eq(y0 + prm.sh)
+            with m.If(bank >= banks):
+                place, offset = next_place(place2, offsets[2])
+                m.d.sync += [b0.eq(bank - banks), offsets[0].eq(offsets[1]),
+                             offsets[1].eq(offsets[2]), offsets[2].eq(offset), place2.eq(place)]
+            with m.Else():
+                m.d.sync += b0.eq(bank)
+
+        with m.If(start):
+            # Row −pad_top sits at bank (6 − pad_top) mod 6 of the place before row 0's.
+            first_place, first_offset = Const(0), Const(0)
+            second_place, second_offset = next_place(first_place, first_offset)
+            third_place, third_offset = next_place(second_place, second_offset)
+            with m.If(prm.pad_top == 0):
+                m.d.sync += [b0.eq(0), offsets[0].eq(0), offsets[1].eq(second_offset),
+                             offsets[2].eq(third_offset), place2.eq(third_place)]
+            with m.Else():
+                m.d.sync += [b0.eq(Mux(prm.pad_top >= banks, prm.pad_top - banks,
+                                       banks - prm.pad_top)),
+                             offsets[0].eq(0), offsets[1].eq(0),
+                             offsets[2].eq(second_offset), place2.eq(second_place)]
+            m.d.sync += [
+                reading.eq(1), oy.eq(0), rep.eq(0), cb.eq(0), ox.eq(0), cb_offset.eq(0),
+                y0.eq(-prm.pad_top), window_x.eq(-prm.pad_left), column.eq(-prm.pad_left),
+                fetched.eq(0), part.eq(0), first_window.eq(1),
+            ]
+        with m.Elif(issue):
+            with m.If(~last_part):
+                m.d.sync += part.eq(part + 1)
+            with m.Elif(~last_column):
+                m.d.sync += [part.eq(0), fetched.eq(fetched + 1), column.eq(column + 1)]
+            with m.Else():
+                m.d.sync += [part.eq(0), fetched.eq(0)]
+                with m.If(ox + 1 < prm.out_w):
+                    # Next window: only the columns that slide in.
+                    m.d.sync += [ox.eq(ox + 1), window_x.eq(window_x + prm.sw),
+                                 column.eq(window_x + prm.sw + prm.kw - slide),
+                                 first_window.eq(0)]
+                with m.Else():
+                    m.d.sync += [ox.eq(0), window_x.eq(-prm.pad_left),
+                                 column.eq(-prm.pad_left), first_window.eq(1)]
+                    with m.If(cb + 1 < prm.blocks):
+                        m.d.sync += [cb.eq(cb + 1), cb_offset.eq(cb_offset + prm.in_w)]
+                    with m.Else():
+                        m.d.sync += [cb.eq(0), cb_offset.eq(0)]
+                        with m.If(rep + 1 < prm.repeats):
+                            m.d.sync += rep.eq(rep + 1)
+                        with m.Else():
+                            m.d.sync += rep.eq(0)
+                            with m.If(oy + 1 < prm.out_h):
+                                m.d.sync += oy.eq(oy + 1)
+                                advance_rows()
+                            with m.Else():
+                                m.d.sync += reading.eq(0)
+        m.d.comb += free_from.eq(Mux(y0 < 0, 0, y0))
+
+        # -- reader, stage 1: bank data (held by the ports' enables while blocked) ------------------
+        r1_part = Signal(range(_MAX_PARTS))
+        r1_last = Signal()            # last column part of a window
+        r1_b0 = Signal(range(banks))
+        r1_pads = Signal(_WINDOW_ROWS)
+        r1_consume = Signal()
+        m.d.comb += r1_load.eq(~r1_valid | r1_consume)
+        with m.If(start):
+            m.d.sync += r1_valid.eq(0)
+        with m.Elif(r1_load):
+            m.d.sync += [r1_valid.eq(issue), r1_part.eq(part), r1_last.eq(last_column),
+                         r1_b0.eq(b0), r1_pads.eq(pads)]
+
+        # -- window register: columns shift in from the right ---------------------------------------
+        cols = MAX_KERNEL
+
+        def window_register(name):
+            return ([[Signal(word_shape, name=f"{name}_{r}_{c}", reset_less=True)
+                      for c in range(cols)] for r in range(_WINDOW_ROWS)],
+                    [[Signal(name=f"{name}_pad_{r}_{c}", reset_less=True)
+                      for c in range(cols)] for r in range(_WINDOW_ROWS)],
+                    Signal(range(banks), name=f"{name}_b0"))
+
+        fill, fill_pad, fill_b0 = window_register("fill")
+        hold, hold_pad, hold_b0 = window_register("hold")
+        fill_valid = Signal()         # fill holds a complete window not yet moved to hold
+        hold_valid = Signal()
+        hold_free = Signal()
+        transfer = Signal()
+        m.d.comb += [
+            transfer.eq(fill_valid & hold_free),
+            r1_consume.eq(r1_valid & (~fill_valid | transfer)),
+        ]
+        bank_data = [port.data for port in read_ports]
+        with m.If(r1_consume):
+            with m.If(r1_part == 0):
+                for r in range(_WINDOW_ROWS):
+                    for c in range(cols - 1):
+                        m.d.sync += [fill[r][c].eq(fill[r][c + 1]),
+                                     fill_pad[r][c].eq(fill_pad[r][c + 1])]
+                    m.d.sync += [fill[r][cols - 1].eq(bank_data[r] if r < banks else 0),
+                                 fill_pad[r][cols - 1].eq(r1_pads[r])]
+            with m.Else():
+                # Part 2 of a tall column: rows 6… come from the banks after b0, next place.
+                for extra in range(_WINDOW_ROWS - banks):
+                    source = Array(bank_data)[Mux(r1_b0 + extra >= banks,
+                                                  r1_b0 + extra - banks, r1_b0 + extra)]
+                    m.d.sync += [fill[banks + extra][cols - 1].eq(source),
+                                 fill_pad[banks + extra][cols - 1].eq(r1_pads[banks + extra])]
+        with m.If(start):
+            m.d.sync += fill_valid.eq(0)
+        with m.Elif(r1_consume & r1_last):
+            m.d.sync += [fill_valid.eq(1), fill_b0.eq(r1_b0)]
+        with m.Elif(transfer):
+            m.d.sync += fill_valid.eq(0)
+
+        # -- hold register and step emission ----------------------------------------------------
+        out = self.o_stream
+        advance = ~out.valid | out.ready
+        step = Signal(range(MAX_KERNEL * MAX_KERNEL))
+        last_step = step + 1 == self.steps
+        emit = hold_valid & advance
+        m.d.comb += hold_free.eq(~hold_valid | (emit & last_step))
+        with m.If(transfer):
+            for r in range(_WINDOW_ROWS):
+                for c in range(cols):
+                    m.d.sync += [hold[r][c].eq(fill[r][c]), hold_pad[r][c].eq(fill_pad[r][c])]
+            m.d.sync += hold_b0.eq(fill_b0)
+        with m.If(start):
+            m.d.sync += [hold_valid.eq(0), step.eq(0)]
+        with m.Elif(transfer):
+            m.d.sync += [hold_valid.eq(1), step.eq(0)]
+        with m.Elif(emit):
+            with m.If(last_step):
+                m.d.sync += hold_valid.eq(0)
+            with m.Else():
+                m.d.sync += step.eq(step + 1)
+
+        # Tap k = step·G + s of slot s, tracked as (ky, kx) without dividing: each step adds
+        # divmod(G, kw). G is 1 for a normal convolution (slot 0 only).
+        step_rows, step_cols = Signal(range(taps + 1)), Signal(range(MAX_KERNEL))
+        with m.Switch(prm.kw):
+            for kw in range(1, MAX_KERNEL + 1):
+                with m.Case(kw):
+                    m.d.comb += [step_rows.eq(Mux(prm.depthwise, taps // kw, 1 // kw)),
+                                 step_cols.eq(Mux(prm.depthwise, taps % kw, 1 % kw))]
+        max_ky = MAX_KERNEL * MAX_KERNEL + taps
+        zero_word = Cat(*([prm.zero_point] * lanes))
+        # The hold register as a power-of-two grid indexed by Cat(column, row): each tap is a
+        # binary mux tree (a one-hot case statement would cost several times the logic).
+        row_bits, col_bits = (_WINDOW_ROWS - 1).bit_length(), (cols - 1).bit_length()
+
+        def grid(cells, width):
+            return Cat(*(cells[r][c] if r < _WINDOW_ROWS and c < cols else Const(0, width)
+                         for r in range(1 << row_bits) for c in range(1 << col_bits)))
+
+        hold_words, hold_pads = grid(hold, word_shape.width), grid(hold_pad, 1)
+        for s in range(taps):
+            ky = Signal(range(max_ky), name=f"slot_{s}_ky")
+            kx = Signal(range(MAX_KERNEL), name=f"slot_{s}_kx")
+            with m.If(transfer | start):
+                with m.Switch(prm.kw):
+                    for kw in range(1, MAX_KERNEL + 1):
+                        with m.Case(kw):
+                            m.d.sync += [ky.eq(s // kw), kx.eq(s % kw)]
+            with m.Elif(emit):
+                wrap = kx + step_cols >= prm.kw
+                m.d.sync += [
+                    kx.eq(Mux(wrap, kx + step_cols - prm.kw, kx + step_cols)),
+                    ky.eq(ky + step_rows + wrap),
+                ]
+            # Window-register row of kernel row ky: its bank, rotated by b0; or an extra row.
+            rotated = hold_b0 + ky
+            row = Mux(ky < banks, Mux(rotated >= banks, rotated - banks, rotated), ky)
+            col = cols - prm.kw + kx
+            index = Cat(col[:col_bits], row[:row_bits])
+            valid = (ky < prm.kh) & (prm.depthwise | (s == 0))
+            with m.If(emit):
+                m.d.sync += out.payload.taps[s].as_value().eq(
+                    Mux(valid & ~hold_pads.bit_select(index, 1),
+                        hold_words.word_select(index, word_shape.width), zero_word))
+        with m.If(emit):
+            m.d.sync += [out.payload.first.eq(step == 0), out.payload.last.eq(last_step)]
+        with m.If(start):
+            m.d.sync += out.valid.eq(0)
+        with m.Elif(advance):
+            m.d.sync += out.valid.eq(hold_valid)
+
+        # -- busy ---------------------------------------------------------------------------------
+        with m.If(start):
+            m.d.sync += self.busy.eq(1)
+        with m.Elif(self.busy & ~writing & ~reading & ~r1_valid & ~fill_valid & ~hold_valid
+                    & ~out.valid):
+            m.d.sync += self.busy.eq(0)
+        return m

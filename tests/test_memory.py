@@ -1,0 +1,384 @@
+"""Reuse-aware memory optimizer: block detection, buffer equations, the allocation checker and
+programs with on-chip tensors run through the golden model, identical to onnxruntime."""
+
+import dataclasses
+import fcntl
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from sfnpu import isa
+from sfnpu.compiler import builders
+from sfnpu.compiler.blocks import BlockKind, detect_blocks
+from sfnpu.compiler.memory import (AllocationError, Budget, Policy, allocate, apply_policy,
+                                   check_program, place, requirements, staging, traffic)
+from sfnpu.compiler.pipeline import compile_model, run_onnxruntime
+from sfnpu.compiler.quantize import CalibrationSource, quantize_model
+from sfnpu.config import get_config
+from sfnpu.isa import MemSpace, Reuse
+from sfnpu.sim.golden import GoldenModel
+from netbuild import Net
+
+KiB = 1024
+TINY = get_config("tiny")
+#: tiny's datapath with buffers large enough for 64×64 networks in frame mode.
+ROOMY = TINY.replace(name="tiny-roomy", buffer_bytes=(256 * KiB,) * 3,
+                     row_buffer_bytes=48 * KiB, psum_buffer_bytes=64 * KiB,
+                     write_buffer_bytes=8 * KiB)
+
+
+def qdq_model(tmp_path_factory, name: str, size: int) -> Path:
+    """A paper architecture at a small input, quantised once per test session — also across
+    pytest-xdist workers, which share the parent of their temporary folders (the pattern of
+    the xdist documentation, with a POSIX lock instead of the filelock package)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    folder = root / "memory_models"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{name}_{size}.qdq.onnx"
+    with open(folder / f"{name}_{size}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            partial = path.with_name(f"{name}_{size}.partial.onnx")
+            quantize_model(builders.build(name, size), partial, CalibrationSource.synthetic(2))
+            partial.rename(path)
+    return path
+
+
+def modes_from(blocks, frame_from: int) -> Policy:
+    """Single cut: blocks before ``frame_from`` row reuse, the rest frame reuse."""
+    return Policy(tuple(Reuse.ROW if b < frame_from else Reuse.FRAME
+                        for b in range(len(blocks))), f"L={frame_from}")
+
+
+def identical_to_onnxruntime(compiled, program, path, size, config) -> bool:
+    model = onnx.load(str(path))
+    name = model.graph.input[0].name
+    x = np.random.default_rng(3).uniform(0, 1, (1, 3, size, size)).astype(np.float32)
+    want = run_onnxruntime(model, {name: x})
+    compiled = dataclasses.replace(compiled, program=program)
+    got = compiled.run({name: x}, GoldenModel(config).outputs)
+    return all(np.array_equal(want[k], got[k]) for k in want)
+
+
+# --------------------------------------------------------------------------------------------
+# A residual network small enough to check every number by hand
+# --------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """x(8×16×16) → conv a(16) → conv b1 → conv b2 → conv + add(a) y → 1×1 conv c(8).
+    Groups: g0 x→a, g1 a→b1, g2 b1→b2, g3 b2(+a)→y, g4 y→c; on tiny, 16-channel maps are
+    2 blocks × 16 × 16 × 8 lanes = 4096 B, 8-channel maps 2048 B."""
+    n = Net((8, 16, 16), name="small_residual")
+    a = n.op("Relu", [n.conv("x", 8, 16, 3)])
+    b1 = n.op("Relu", [n.conv(a, 16, 16, 3)])
+    b2 = n.op("Relu", [n.conv(b1, 16, 16, 3)])
+    y = n.op("Relu", [n.op("Add", [n.conv(b2, 16, 16, 3), a])])
+    c = n.conv(y, 16, 8, 1)
+    path = tmp_path_factory.mktemp("small") / "small.qdq.onnx"
+    quantize_model(n.model([c]), path, CalibrationSource.arrays(n.samples(8)))
+    compiled = compile_model(path, TINY)
+    return compiled, detect_blocks(compiled.graph, compiled.groups)
+
+
+def placed(compiled, blocks, policy):
+    alloc = allocate(compiled.graph, compiled.groups, compiled.program, blocks, policy)
+    return alloc, place(compiled.program, compiled.groups, alloc)
+
+
+def test_small_network_blocks(small):
+    compiled, blocks = small
+    assert [[n.op for n in g.nodes] for g in compiled.groups] == \
+        [["conv"], ["conv"], ["conv"], ["conv", "add"], ["conv"]]
+    assert [(b.kind, b.groups) for b in blocks] == [
+        (BlockKind.SINGLE, (0,)), (BlockKind.RESIDUAL, (1, 2, 3)), (BlockKind.SINGLE, (4,))]
+    assert blocks[1].entry == compiled.groups[0].output and blocks.cut is None
+
+
+def test_buffer_equations_all_frame(small):
+    compiled, blocks = small
+    alloc, instrs = placed(compiled, blocks, Policy.uniform(blocks, Reuse.FRAME))
+    where = [(i.input.space, i.output.space) for i in instrs]
+    # a in buffer 0 (kept for the shortcut), b1 in 1, b2 in 2 (not 0: g3 reads a from 0),
+    # y back in 1; the network input and output stay in DRAM.
+    assert where == [(MemSpace.DRAM, MemSpace.BUF0), (MemSpace.BUF0, MemSpace.BUF1),
+                     (MemSpace.BUF1, MemSpace.BUF2), (MemSpace.BUF2, MemSpace.BUF1),
+                     (MemSpace.BUF1, MemSpace.DRAM)]
+    assert instrs[3].shortcut.space == MemSpace.BUF0
+    # g0 is a normal conv with 2 output blocks reading DRAM: its input (2048 B) is staged at
+    # offset 0 of the lowest buffer holding neither its output (0) nor a shortcut → buffer 1.
+    assert staging(instrs[0], TINY) == (isa.buffer(1, 0), 2048)
+    r = requirements(instrs, TINY, alloc.extents)
+    assert r.buffers == r.algorithm1 == (4096, 4096, 4096)
+    assert r.weight_buff == 0                      # eq. 1: no row-mode layer
+    assert r.row_buff == 6 * 16 * 16               # eq. 3: 6 rows × W × C (16-channel input)
+    assert r.out_buff == 16 * 16 * 8 * 4           # eq. 4: H × W × To × 4 B
+    assert r.write_buff == 16 * 16 * 8             # eq. 5: the final layer's To-channel frame
+    assert r.sram == 3 * 4096 + 1536 + 8192 + 2048  # eq. 6
+    # eq. 7: 64-bit wide buffers of depth 512 → 1 × ⌈64/18⌉ = 4 each (×3, row, write);
+    # 256-bit partial sums of depth 256 → 1 × ⌈256/18⌉ = 15.
+    assert r.bram18k == 4 * 5 + 15
+    t = traffic(instrs, TINY, compiled.groups, compiled.graph)
+    assert (t.fm, t.eq8_fm) == (2048 + 2048, 0)    # only the network input and output
+    assert t.weights == 16 * 8 * 9 + 3 * 16 * 16 * 9 + 8 * 16   # To×Ti-padded, read once
+    report = check_program(compiled.graph, compiled.groups, instrs, TINY)
+    assert report.extents == alloc.extents and report.on_chip_tensors == 4
+
+
+def test_buffer_equations_all_row(small):
+    compiled, blocks = small
+    alloc, instrs = placed(compiled, blocks, Policy.uniform(blocks, Reuse.ROW))
+    assert all(i.input.space == i.output.space == MemSpace.DRAM for i in instrs)
+    r = requirements(instrs, TINY, alloc.extents)
+    assert r.weight_buff == 16 * 16 * 9            # eq. 1: largest layer's weights …
+    assert r.buffers == (0, 2304, 0)               # … preloaded into buffer 1 (eq. 2)
+    assert (r.out_buff, r.write_buff) == (16 * 8 * 4, 16 * 8)   # one row of To channels
+    assert r.sram == 2304 + 1536 + 512 + 128
+    t = traffic(instrs, TINY, compiled.groups, compiled.graph)
+    # eq. 8: in + out of every conv, plus the shortcut read: a, b1, b2 and y are written once
+    # and read once each (a twice), x read once, c written once.
+    assert t.fm == t.eq8_fm == t.eq8_fm_dense == 2048 + 4 * 4096 + 5 * 4096 + 2048
+
+
+def test_budget_names_what_does_not_fit(small):
+    compiled, blocks = small
+    alloc, instrs = placed(compiled, blocks, Policy.uniform(blocks, Reuse.FRAME))
+    over = Budget.of(TINY).violations(requirements(instrs, TINY, alloc.extents))
+    # tiny's write buffer holds 1 KiB; a frame-mode final layer stages 2 KiB (eq. 5).
+    assert [(v.resource, v.need, v.have, v.group) for v in over] == \
+        [("write_buff", 2048, 1024, 4)]
+    with pytest.raises(AllocationError, match="write_buff needs 2048 B"):
+        apply_policy(compiled, Policy.uniform(blocks, Reuse.FRAME), blocks)
+
+
+# --------------------------------------------------------------------------------------------
+# The checker refutes broken allocations
+# --------------------------------------------------------------------------------------------
+
+def relocate(groups, instrs, tensor, loc):
+    """Move ``tensor`` (its writer and every reader) to ``loc``."""
+    out = []
+    for g, i in zip(groups, instrs):
+        changes = {}
+        if g.written == tensor:
+            changes["output"] = loc
+        if g.input == tensor:
+            changes["input"] = loc
+        if g.shortcut == tensor:
+            changes["shortcut"] = loc
+        out.append(i.replace(**changes))
+    return out
+
+
+def test_checker_accepts_the_allocation(small):
+    compiled, blocks = small
+    for cut in range(len(blocks) + 1):
+        _, instrs = placed(compiled, blocks, modes_from(blocks, cut))
+        check_program(compiled.graph, compiled.groups, instrs, TINY)
+
+
+def test_checker_catches_overwriting_a_live_shortcut(small):
+    compiled, blocks = small
+    _, instrs = placed(compiled, blocks, Policy.uniform(blocks, Reuse.FRAME))
+    g = compiled.groups
+    # b1 written over a (buffer 0), which g3 still needs as its shortcut.
+    broken = relocate(g, instrs, g[1].output, isa.buffer(0, 1024))
+    with pytest.raises(AllocationError, match=r"group 1 .*overwrites '.*' .*group 3 still"):
+        check_program(compiled.graph, g, broken, TINY)
+
+
+def test_checker_catches_in_place_output(small):
+    compiled, blocks = small
+    _, instrs = placed(compiled, blocks, Policy.uniform(blocks, Reuse.FRAME))
+    broken = list(instrs)
+    broken[2] = instrs[2].replace(output=instrs[2].input)      # b2 over its own input b1
+    with pytest.raises(AllocationError, match="group 2 .*overwrites .*group 2 still reads"):
+        check_program(compiled.graph, compiled.groups, broken, TINY)
+
+
+def test_checker_catches_reading_the_wrong_place(small):
+    compiled, blocks = small
+    _, instrs = placed(compiled, blocks, Policy.uniform(blocks, Reuse.FRAME))
+    broken = list(instrs)
+    broken[2] = instrs[2].replace(input=isa.buffer(1, 64))
+    with pytest.raises(AllocationError, match=r"group 2 .*read from BUF1\+0x40 but was written "
+                                              r"to BUF1\+0x0"):
+        check_program(compiled.graph, compiled.groups, broken, TINY)
+    stale = list(instrs)
+    stale[2] = instrs[2].replace(input=compiled.program.locations[compiled.groups[2].input])
+    with pytest.raises(AllocationError, match="read from DRAM.* written to BUF1"):
+        check_program(compiled.graph, compiled.groups, stale, TINY)
+
+
+def test_checker_catches_input_and_shortcut_in_one_buffer(small):
+    compiled, blocks = small
+    _, instrs = placed(compiled, blocks, Policy.uniform(blocks, Reuse.FRAME))
+    g = compiled.groups
+    # a moved next to b2 in buffer 2 (no overlap): g3 would read both through one port.
+    broken = relocate(g, instrs, g[0].output, isa.buffer(2, 8192))
+    with pytest.raises(AllocationError, match="group 3 .*both read from buffer 2"):
+        check_program(compiled.graph, g, broken, TINY)
+
+
+def test_checker_catches_row_mode_weights_over_live_data(small):
+    compiled, blocks = small
+    g = compiled.groups
+    _, instrs = placed(compiled, blocks, Policy.uniform(blocks, Reuse.FRAME))
+    # g2 turned row mode (its operands to DRAM): its weights fill buffer 1 from offset 0,
+    # where a — still needed by g3 — is moved.
+    dram = compiled.program.locations
+    broken = relocate(g, instrs, g[1].output, dram[g[1].output])
+    broken = relocate(g, broken, g[2].output, dram[g[2].output])
+    broken = relocate(g, broken, g[0].output, isa.buffer(1, 0))
+    broken[2] = broken[2].replace(reuse=Reuse.ROW)
+    with pytest.raises(AllocationError, match="group 2 .*row-mode weights .*overwrites"):
+        check_program(compiled.graph, g, broken, TINY)
+    on_chip_row = list(instrs)
+    on_chip_row[1] = instrs[1].replace(reuse=Reuse.ROW)
+    with pytest.raises(AllocationError, match="group 1 .*row-mode input is a 16x16 feature map"):
+        check_program(compiled.graph, g, on_chip_row, TINY)
+
+
+def test_checker_catches_staging_over_live_data(small):
+    compiled, blocks = small
+    g = compiled.groups
+    _, instrs = placed(compiled, blocks, Policy.uniform(blocks, Reuse.FRAME))
+    # b1 sent to DRAM: g2 (normal conv, 2 output blocks) stages it at offset 0 of the lowest
+    # buffer not holding its output (buffer 2) — buffer 0, where a waits for g3.
+    broken = relocate(g, instrs, g[1].output, compiled.program.locations[g[1].output])
+    assert staging(broken[2], TINY) == (isa.buffer(0, 0), 4096)
+    with pytest.raises(AllocationError, match="group 2 .*staged input .*overwrites"):
+        check_program(compiled.graph, g, broken, TINY)
+
+
+def test_checker_catches_capacity_and_lost_outputs(small):
+    compiled, blocks = small
+    g = compiled.groups
+    _, instrs = placed(compiled, blocks, Policy.uniform(blocks, Reuse.FRAME))
+    with pytest.raises(AllocationError, match="exceeds buffer 2"):
+        check_program(compiled.graph, g, instrs, TINY, capacity=(8192, 8192, 2048))
+    lost = list(instrs)
+    lost[4] = instrs[4].replace(output=isa.buffer(0, 0))
+    with pytest.raises(AllocationError, match="network output .* must be written to DRAM"):
+        check_program(compiled.graph, g, lost, TINY)
+
+
+# --------------------------------------------------------------------------------------------
+# Block detection on the paper's networks
+# --------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def resnet18(tmp_path_factory):
+    path = qdq_model(tmp_path_factory, "resnet18", 64)
+    return path, compile_model(path, ROOMY)
+
+
+@pytest.fixture(scope="module")
+def mobilenet_v2(tmp_path_factory):
+    path = qdq_model(tmp_path_factory, "mobilenet_v2", 64)
+    return path, compile_model(path, ROOMY)
+
+
+@pytest.fixture(scope="module")
+def efficientnet_b1(tmp_path_factory):
+    path = qdq_model(tmp_path_factory, "efficientnet_b1", 64)
+    return path, compile_model(path, ROOMY)
+
+
+def test_resnet18_blocks(resnet18):
+    _, compiled = resnet18
+    blocks = detect_blocks(compiled.graph, compiled.groups)
+    # stem, 8 basic blocks (3 with a projection shortcut: 3 groups), classifier.
+    assert [len(b.groups) for b in blocks] == [1, 2, 2, 3, 2, 3, 2, 3, 2, 1]
+    assert [b.kind for b in blocks].count(BlockKind.RESIDUAL) == 8
+    assert blocks.cut is None and blocks.segments == (10,)
+
+
+def test_mobilenet_v2_blocks(mobilenet_v2):
+    _, compiled = mobilenet_v2
+    blocks = detect_blocks(compiled.graph, compiled.groups)
+    residual = blocks.residual
+    # inverted residuals with a shortcut: 1 + 2 + 3 + 2 + 2 (expand, depthwise, project+add)
+    assert len(residual) == 10 and all(len(b.groups) == 3 for b in residual)
+    assert len(blocks) == 33 and blocks.cut is None
+
+
+def test_efficientnet_b1_blocks(efficientnet_b1):
+    _, compiled = efficientnet_b1
+    blocks = detect_blocks(compiled.graph, compiled.groups)
+    residual = blocks.residual
+    # depth 1.1: 2+3+3+4+4+5+2 MBConv blocks, all but the first of each stage residual.
+    assert len(residual) == 16 and all(b.squeeze_excite for b in residual)
+    # expand, depthwise, SE pooling, fc1, fc2, scale, project+add — except stage 1 (no expand)
+    assert sorted({len(b.groups) for b in residual}) == [6, 7]
+    assert len(blocks) == 67 and blocks.cut is None
+
+
+# --------------------------------------------------------------------------------------------
+# Fig. 13 patterns and whole networks with on-chip tensors
+# --------------------------------------------------------------------------------------------
+
+def test_residual_block_keeps_its_input_for_the_shortcut(resnet18):
+    _, compiled = resnet18
+    blocks = detect_blocks(compiled.graph, compiled.groups)
+    program = apply_policy(compiled, Policy.uniform(blocks, Reuse.FRAME), blocks)
+    instrs = program.instructions
+    for b in blocks.residual:
+        add = instrs[b.last]
+        entry_readers = [instrs[g].input for g in b.groups if compiled.groups[g].input == b.entry]
+        if compiled.groups[b.last].shortcut == b.entry:      # identity shortcut (Fig. 13b)
+            assert add.shortcut == entry_readers[0]
+        assert add.shortcut.space != MemSpace.DRAM and add.input.space != MemSpace.DRAM
+        assert add.shortcut.space != add.input.space         # two read ports
+
+
+def test_squeeze_excitation_in_row_mode_keeps_vectors_on_chip(efficientnet_b1):
+    _, compiled = efficientnet_b1
+    blocks = detect_blocks(compiled.graph, compiled.groups)
+    g = compiled.groups
+    # Fig. 13(c): row reuse everywhere — feature maps in DRAM, SE vectors on chip.
+    alloc = allocate(compiled.graph, g, compiled.program, blocks,
+                     Policy.uniform(blocks, Reuse.ROW))
+    scale = next(x for x in g if any(n.op == "mul" for n in x.nodes))
+    pool = next(x for x in g if x.input == scale.input
+                and any(n.op == "globalavgpool" for n in x.nodes))
+    assert alloc.locations[scale.input].space == MemSpace.DRAM
+    assert alloc.locations[scale.shortcut].space != MemSpace.DRAM
+    assert alloc.locations[pool.written].space != MemSpace.DRAM
+    # Fig. 13(d): frame reuse — the depthwise output and the vectors all on chip.
+    alloc = allocate(compiled.graph, g, compiled.program, blocks,
+                     Policy.uniform(blocks, Reuse.FRAME))
+    for t in (scale.input, scale.shortcut, scale.output):
+        assert alloc.locations[t].space != MemSpace.DRAM
+
+
+@pytest.mark.parametrize("net", ["resnet18", "mobilenet_v2", "efficientnet_b1"])
+def test_every_single_cut_allocation_passes_the_checker(net, request):
+    _, compiled = request.getfixturevalue(net)
+    blocks = detect_blocks(compiled.graph, compiled.groups)
+    for cut in range(len(blocks) + 1):
+        alloc = allocate(compiled.graph, compiled.groups, compiled.program, blocks,
+                         modes_from(blocks, cut))
+        instrs = place(compiled.program, compiled.groups, alloc)
+        report = check_program(compiled.graph, compiled.groups, instrs, ROOMY)
+        assert report.extents == alloc.extents
+
+
+@pytest.mark.parametrize("net, frame_from", [("resnet18", 3), ("mobilenet_v2", 12),
+                                             ("efficientnet_b1", 20)])
+def test_frame_policy_output_identical_to_onnxruntime(net, frame_from, request):
+    path, compiled = request.getfixturevalue(net)
+    blocks = detect_blocks(compiled.graph, compiled.groups)
+    program = apply_policy(compiled, modes_from(blocks, frame_from), blocks)
+    frame = [i for i in program.instructions if i.reuse == Reuse.FRAME]
+    on_chip = [i for i in frame if i.input.space != MemSpace.DRAM]
+    assert frame and 2 * len(on_chip) > len(frame)
+    # Only reuse and locations change: same image layout and parameters.
+    assert (program.layout, program.params) == (compiled.program.layout,
+                                                compiled.program.params)
+    assert identical_to_onnxruntime(compiled, program, path, 64, ROOMY)
