@@ -18,6 +18,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from .beat import code_beat
+
 __all__ = ["ActivationTable", "TABLE_ENTRIES"]
 
 #: Entries of one table: one per 8-bit code.
@@ -82,7 +84,7 @@ class ActivationTable(wiring.Component):
                 raise ValueError("max_channels applies to the per-channel mode only")
             self.blocks = 1
         self.max_channels = self.blocks * lanes
-        beat = stream.Signature(data.ArrayLayout(8, lanes))
+        beat = code_beat(lanes)
         members = {
             "i_stream": In(beat),
             "o_stream": Out(beat),

@@ -27,6 +27,7 @@ from amaranth.hdl import Cat, Const, EnableInserter, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .beat import code_beat
 from .requant import FLOAT32_BIAS, Requantizer
 
 __all__ = ["ChannelScaleLane", "ChannelScale"]
@@ -265,7 +266,7 @@ class ChannelScale(wiring.Component):
         self.lanes = lanes
         self.max_height = max_height
         self.max_width = max_width
-        beat = stream.Signature(data.ArrayLayout(8, lanes))
+        beat = code_beat(lanes)
         super().__init__({
             "i_stream": In(beat),
             "s_stream": In(beat),

@@ -13,6 +13,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .beat import code_beat
 from .requant import Requantizer
 
 __all__ = ["GlobalAvgPool", "ACC_BITS"]
@@ -69,7 +70,7 @@ class GlobalAvgPool(wiring.Component):
         self.lanes = lanes
         self.max_height = max_height
         self.max_width = max_width
-        beat = stream.Signature(data.ArrayLayout(8, lanes))
+        beat = code_beat(lanes)
         super().__init__({
             "i_stream": In(beat),
             "o_stream": Out(beat),

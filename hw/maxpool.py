@@ -27,6 +27,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from .beat import code_beat
+
 __all__ = ["MaxPool", "MAX_HEIGHT"]
 
 #: Largest feature-map height (the ISA's 12-bit size fields).
@@ -90,7 +92,7 @@ class MaxPool(wiring.Component):
         self.max_height = max_height
         #: Longest output row: stride 1 and padding 2 widen a row by two pixels.
         self.max_out_width = max_width + 2
-        beat = stream.Signature(data.ArrayLayout(8, lanes))
+        beat = code_beat(lanes)
         super().__init__({
             "i_stream": In(beat),
             "o_stream": Out(beat),

@@ -13,6 +13,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from .beat import code_beat
+
 __all__ = ["Upsample2x"]
 
 
@@ -52,7 +54,7 @@ class Upsample2x(wiring.Component):
             raise ValueError(f"lanes and max_width must be positive ({lanes}, {max_width})")
         self.lanes = lanes
         self.max_width = max_width
-        beat = stream.Signature(data.ArrayLayout(8, lanes))
+        beat = code_beat(lanes)
         super().__init__({
             "i_stream": In(beat),
             "o_stream": Out(beat),
