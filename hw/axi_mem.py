@@ -48,8 +48,10 @@ stays offered), to test that a master gives up. Up to ``queue_depth`` reads and
 Contents and backdoor: ``init`` (bytes) becomes the memory's initial contents at elaboration,
 so it is part of the generated Verilog and works in every simulator (large images make large
 Verilog). In Amaranth's simulator :meth:`backdoor_read` / :meth:`backdoor_write` access the
-contents at any time without bus cycles. There is no Verilator-side backdoor yet: read results
-back through the bus, or extend this model with ``$readmemh``/``$writememh``.
+contents at any time without bus cycles. With ``backdoor=True`` the model also has a word-wide
+port (``backdoor_addr``/``backdoor_wdata``/``backdoor_we``/``backdoor_rdata``) through which a
+compiled harness (:mod:`sfnpu.tb.system`) loads an image and reads results at one word per
+cycle, with no Python per cycle.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from amaranth.hdl import MemoryData
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In
+from amaranth.lib.wiring import In, Out
 
 from sfnpu.config import HwConfig
 
@@ -104,7 +106,7 @@ class AxiMemory(wiring.Component):
 
     def __init__(self, *, size: int, data_width: int, latency: int,
                  bytes_per_cycle: Fraction, init: bytes = b"", addr_width: int = 32,
-                 queue_depth: int = 16):
+                 queue_depth: int = 16, backdoor: bool = False):
         self.bus_bytes = data_width // 8
         bytes_per_cycle = Fraction(bytes_per_cycle)
         if size <= 0 or size % self.bus_bytes:
@@ -129,12 +131,21 @@ class AxiMemory(wiring.Component):
         self.memory_data = MemoryData(
             shape=data_width, depth=words,
             init=[int.from_bytes(padded[i * B:(i + 1) * B], "little") for i in range(words)])
-        super().__init__({
+        self.backdoor = backdoor
+        members = {
             "bus": In(Axi4Signature(addr_width, data_width)),
             "error_base": In(addr_width),
             "error_limit": In(addr_width),
             "hang": In(1),
-        })
+        }
+        if backdoor:
+            members.update({
+                "backdoor_addr": In(range(words)),
+                "backdoor_wdata": In(data_width),
+                "backdoor_we": In(1),
+                "backdoor_rdata": Out(data_width),
+            })
+        super().__init__(members)
 
     @classmethod
     def from_config(cls, config: HwConfig, *, size: int, init: bytes = b"", **kwargs):
@@ -188,6 +199,18 @@ class AxiMemory(wiring.Component):
         m.submodules.storage = storage = Memory(self.memory_data)
         read_port = storage.read_port(domain="comb")
         write_port = storage.write_port(granularity=8)
+        if self.backdoor:
+            # Word-wide port for a test harness: load an image and read results without bus
+            # cycles (the harness drives it before the start and after the end of a run).
+            backdoor_read = storage.read_port(domain="comb")
+            backdoor_write = storage.write_port()
+            m.d.comb += [
+                backdoor_read.addr.eq(self.backdoor_addr),
+                self.backdoor_rdata.eq(backdoor_read.data),
+                backdoor_write.addr.eq(self.backdoor_addr),
+                backdoor_write.data.eq(self.backdoor_wdata),
+                backdoor_write.en.eq(self.backdoor_we),
+            ]
 
         now = Signal(_TIME_BITS)
         m.d.sync += now.eq(now + 1)

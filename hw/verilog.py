@@ -4,8 +4,8 @@
 entry of :data:`BLOCKS`; :func:`lint` runs ``verilator --lint-only -Wall`` on one file with the
 waivers of :data:`LINT_WAIVERS` — the only place where warnings are waived.
 
-:class:`ConvDatapath` is the top written here: row buffer → convolution array ← weight buffer,
-the path from the input and weight streams to the int32 accumulators.
+Blocks written: the convolution datapath (:class:`~sfnpu.hw.datapath.ConvDatapath`) and the
+requantiser.
 """
 
 from __future__ import annotations
@@ -15,85 +15,15 @@ import subprocess
 from pathlib import Path
 
 from amaranth.back import verilog
-from amaranth.hdl import Cat, Const, Module, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.hdl import Const
+from amaranth.lib import data, wiring
 
 from sfnpu.config import CONFIGS, HwConfig, get_config
 
-from .conv_array import ACC_BITS, ConvArray, array_latency, weight_step_layout
+from .datapath import ConvDatapath
 from .requant import Requantizer
-from .row_buffer import RowBuffer, window_params_layout
-from .weight_buffer import USES_BITS, WeightBuffer
 
-__all__ = ["ConvDatapath", "BLOCKS", "LINT_WAIVERS", "write_verilog", "lint", "lint_command"]
-
-
-class ConvDatapath(wiring.Component):
-    """Input rows and weight sets in, one To-lane int32 result per pixel and pass out.
-
-    Signature
-    ---------
-    i_stream : In(stream.Signature(ArrayLayout(unsigned(8), lanes)))
-        Input words for the row buffer (:class:`~sfnpu.hw.row_buffer.RowBuffer`).
-    w_stream : In(stream.Signature(weight_step_layout(config)))
-        Weight sets for the weight buffer, in pass order.
-    params : In(window_params_layout(config))
-        The convolution (row buffer parameters); ``depthwise`` and ``zero_point`` also set the
-        array's mode and input zero point.
-    x_signed : In(1)
-        The input is int8 (1) or uint8 (0).
-    uses : In(USES_BITS)
-        Pixels per weight set (``out_w`` for row reuse).
-    start : In(1)
-        Begins a convolution (ignored while busy).
-    busy : Out(1)
-        From the cycle after ``start`` until the last result has left ``o_stream``.
-    o_stream : Out(stream.Signature(ArrayLayout(signed(32), To), always_ready=True))
-        The array's results (no back-pressure: the consumer takes one per cycle).
-    """
-
-    def __init__(self, config: HwConfig):
-        self.config = config
-        super().__init__({
-            "i_stream": In(stream.Signature(data.ArrayLayout(unsigned(8), config.lanes))),
-            "w_stream": In(stream.Signature(weight_step_layout(config))),
-            "params": In(window_params_layout(config)),
-            "x_signed": In(1),
-            "uses": In(USES_BITS),
-            "start": In(1),
-            "busy": Out(1),
-            "o_stream": Out(stream.Signature(data.ArrayLayout(signed(ACC_BITS), config.to),
-                                             always_ready=True)),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.rows = rows = RowBuffer(self.config)
-        m.submodules.weights = weights = WeightBuffer(self.config)
-        m.submodules.array = array = ConvArray(self.config)
-        wiring.connect(m, wiring.flipped(self.i_stream), rows.i_stream)
-        wiring.connect(m, wiring.flipped(self.w_stream), weights.i_stream)
-        wiring.connect(m, rows.o_stream, array.windows)
-        wiring.connect(m, weights.o_stream, array.weights)
-        start = self.start & ~self.busy
-        # Busy until the array has drained: results trail the last step by its latency.
-        in_flight = Signal(array_latency(self.config) + 1)
-        m.d.sync += in_flight.eq(Cat(rows.busy, in_flight))
-        m.d.comb += [
-            rows.params.eq(self.params),
-            rows.start.eq(start),
-            weights.start.eq(start),
-            weights.steps.eq(rows.steps),
-            weights.uses.eq(self.uses),
-            array.depthwise.eq(self.params.depthwise),
-            array.x_zero_point.eq(self.params.zero_point),
-            array.x_signed.eq(self.x_signed),
-            self.busy.eq(rows.busy | in_flight.any()),
-            self.o_stream.payload.eq(array.o_stream.payload),
-            self.o_stream.valid.eq(array.o_stream.valid),
-        ]
-        return m
+__all__ = ["BLOCKS", "LINT_WAIVERS", "write_verilog", "lint", "lint_command"]
 
 
 #: Blocks written for every configuration: file stem → component factory.

@@ -32,7 +32,7 @@ from .config import HwConfig
 from .layout import accesses, pack_tensor, tensor_bytes, unpack_tensor
 
 __all__ = [
-    "MAGIC", "FORMAT_VERSION", "SECTION_ALIGN", "HEADER", "SECTION", "HEADER_FIELDS",
+    "MAGIC", "FORMAT_VERSION", "SECTION_ALIGN", "HEADER", "SECTION", "HEADER_FIELDS", "field_offset",
     "SECTION_FIELDS", "FLAG_STORED", "SectionKind", "DType",
     "TensorDesc", "Section", "ImageLayout", "Image", "ImageError", "plan", "pack", "unpack",
 ]
@@ -71,8 +71,16 @@ SECTION_FIELDS = (
 )
 HEADER = struct.Struct("<" + "".join(f for _, f, _ in HEADER_FIELDS))
 SECTION = struct.Struct("<" + "".join(f for _, f, _ in SECTION_FIELDS))
-_HEADER_CRC_AT = struct.calcsize("<" + "".join(
-    f for _, f, _ in HEADER_FIELDS[:[n for n, _, _ in HEADER_FIELDS].index("header_crc32")]))
+
+
+def field_offset(fields, name: str) -> int:
+    """Byte offset of field ``name`` in a record described by ``HEADER_FIELDS`` or
+    ``SECTION_FIELDS`` (what the hardware's header parser reads)."""
+    names = [n for n, _, _ in fields]
+    return struct.calcsize("<" + "".join(f for _, f, _ in fields[:names.index(name)]))
+
+
+_HEADER_CRC_AT = field_offset(HEADER_FIELDS, "header_crc32")
 assert HEADER.size == 64 and SECTION.size == 32
 
 FLAG_STORED = 1  # section payload is in the file (otherwise zero-initialised)

