@@ -310,6 +310,14 @@ def cmd_verilog(args) -> int:
     return 0
 
 
+def cmd_bnff(args) -> int:
+    from .compiler.bn_fission import write_report
+
+    for path in write_report(Path(args.out), batch=args.batch, input_size=args.size):
+        console.print(f"wrote {path}")
+    return 0
+
+
 def cmd_not_built(args) -> int:
     raise CliError(f"`{args.command}` is not built yet in this version of sfnpu")
 
@@ -372,6 +380,13 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verilog", help="Verilog of the datapath blocks for every config")
     v.add_argument("-o", "--output", default="build/verilog")
     v.set_defaults(func=cmd_verilog)
+
+    bn = sub.add_parser("bnff", help="BN fission-n-fusion: DenseNet-121 training-step memory "
+                        "sweeps (seeds/004)")
+    bn.add_argument("--batch", type=int, default=120, help="mini-batch size (paper: 120)")
+    bn.add_argument("--size", type=int, default=224, help="input size (default 224)")
+    bn.add_argument("--out", default="build/bnff", help="output folder")
+    bn.set_defaults(func=cmd_bnff)
 
     for name in ("bitstream", "firmware"):
         sub.add_parser(name, help="not built yet").set_defaults(func=cmd_not_built)
