@@ -88,6 +88,12 @@ _SECTION_WORDS = image.SECTION.size // 4
 _SECTION_KIND_WORD = image.field_offset(image.SECTION_FIELDS, "kind") // 4
 _SECTION_OFFSET_WORD = image.field_offset(image.SECTION_FIELDS, "offset") // 4
 _ISA = data.Layout.cast(isa.InstructionLayout)
+_FLOAT32_ONE = 0x3F800000
+
+
+def _identity_weights(to: int, ti: int) -> Const:
+    """A depthwise weight step whose first tap is 1 for every channel (the rest 0)."""
+    return Const(sum(1 << (8 * c) for c in range(to)), 8 * ti * to)
 
 
 def _log2(n: int) -> int:
@@ -217,6 +223,8 @@ class GroupController(wiring.Component):
         act_off = Signal(24)
         weight_len = Signal(32)
         out_block0 = Signal(16)
+        identity = Signal()             # conv NONE
+        param_cp = Signal(17)           # channels of the bias/multiplier/zero-point sections
 
         kh, kw = instr.kh, instr.kw
         m.d.comb += taps.eq(kh * kw)
@@ -389,8 +397,10 @@ class GroupController(wiring.Component):
             weight_r.en.eq(w_advance),
             wzp_r.addr.eq(w_ob),
             wzp_r.en.eq(w_advance),
-            w_out.payload.weights.as_value().eq(weight_r.data),
-            w_out.payload.zero_points.as_value().eq(wzp_r.data),
+            # conv NONE runs as a 1×1 depthwise convolution with unit weights.
+            w_out.payload.weights.as_value().eq(Mux(identity, _identity_weights(To, Ti),
+                                                    weight_r.data)),
+            w_out.payload.zero_points.as_value().eq(Mux(identity, 0, wzp_r.data)),
         ]
         with m.If(flush | start_compute):
             m.d.sync += [w_addr.eq(0), w_step.eq(0), w_ib.eq(0), w_ob.eq(0), w_row.eq(0),
@@ -469,7 +479,10 @@ class GroupController(wiring.Component):
             psum_w.data.eq(Cat(*sums)),
             psum_w.en.eq(a_valid & ~a_last),
         ]
-        conv_signed = stage_signed("conv")
+        # conv NONE: codes pass unchanged (acc = x − x_zp, multiplier 1.0, zero point x_zp).
+        conv_signed = Mux(identity, instr.in_signed, stage_signed("conv"))
+        conv_zp = Mux(identity, Mux(instr.in_signed, instr.in_zp.as_signed(), instr.in_zp),
+                      stage_zp("conv"))
         lo = Mux(conv_signed, -128, 0)
         hi = Mux(conv_signed, 127, 255)
         requant_valid = Signal()
@@ -477,11 +490,12 @@ class GroupController(wiring.Component):
         for lane in range(To):
             rq = ResetInserter(flush)(Requantizer())
             m.submodules[f"requant_{lane}"] = rq
-            b = bias_r.data[32 * lane:32 * (lane + 1)].as_signed()
+            b = Mux(identity, 0, bias_r.data[32 * lane:32 * (lane + 1)].as_signed())
             m.d.comb += [
                 rq.acc.eq(sums[lane] + b),
-                rq.multiplier.eq(mult_r.data[32 * lane:32 * (lane + 1)]),
-                rq.zero_point.eq(stage_zp("conv")),
+                rq.multiplier.eq(Mux(identity, _FLOAT32_ONE,
+                                     mult_r.data[32 * lane:32 * (lane + 1)])),
+                rq.zero_point.eq(conv_zp),
                 rq.lo.eq(lo), rq.hi.eq(hi),
                 rq.valid.eq(a_valid & a_last),
             ]
@@ -616,7 +630,7 @@ class GroupController(wiring.Component):
                 rel = pos - mult_off
                 m.d.comb += [mult_w.addr.eq(rel >> _log2(4 * To)),
                              mult_w.en.eq(one_hot(rel[_log2(B):_log2(4 * To)], bias_chunks))]
-            with m.Elif(pos < wzp_off + out_cp):
+            with m.Elif(pos < wzp_off + param_cp):
                 rel = pos - wzp_off
                 if wzp_chunks > 1:
                     en = one_hot(rel[_log2(B):_log2(To)], wzp_chunks)
@@ -712,8 +726,8 @@ class GroupController(wiring.Component):
                      | (instr.sh > 2) | (instr.sw > 2)
                      | (instr.in_h == 0) | (instr.in_w == 0) | (instr.in_c == 0)
                      | (instr.out_c == 0)
-                     | ((instr.conv == ConvKind.DEPTHWISE) & (instr.in_c != instr.out_c)))
-        unsupported = ((instr.reuse != Reuse.ROW) | (instr.conv == ConvKind.NONE)
+                     | ((instr.conv != ConvKind.NORMAL) & (instr.in_c != instr.out_c)))
+        unsupported = ((instr.reuse != Reuse.ROW)
                        | (instr.in_transform != InputTransform.NONE)
                        | (instr.eltwise != Eltwise.NONE) | (instr.pool != Pool.NONE)
                        | instr.upsample
@@ -799,7 +813,8 @@ class GroupController(wiring.Component):
                 m.next = "DECODE"
                 guard()
             with m.State("DECODE"):
-                dw = instr.conv == ConvKind.DEPTHWISE
+                none = instr.conv == ConvKind.NONE
+                dw = (instr.conv == ConvKind.DEPTHWISE) | none
                 ib = (instr.in_c + Ti - 1) >> _log2(Ti)
                 ob = (instr.out_c + To - 1) >> _log2(To)
                 ch = ((padded_h - kh) >> (instr.sh - 1).as_unsigned()) + 1
@@ -807,6 +822,8 @@ class GroupController(wiring.Component):
                 p = Mux(dw, (taps + G - 1) >> _log2(G), taps)
                 m.d.sync += [
                     depthwise.eq(dw),
+                    identity.eq(none),
+                    param_cp.eq(Mux(none, 0, ob << _log2(To))),
                     in_blocks.eq((instr.in_c + L - 1) >> _log2(L)),
                     out_blocks.eq(ob),
                     ib_count.eq(Mux(dw, 1, ib)),
@@ -832,14 +849,14 @@ class GroupController(wiring.Component):
             with m.State("DECODE2"):
                 m.d.sync += [
                     weight_steps.eq(sets * steps),
-                    mult_off.eq(out_cp << 2),
-                    wzp_off.eq(out_cp << 3),
-                    post_off.eq(_align16(out_cp * 9)),
-                    act_off.eq(_align16(_align16(out_cp * 9) + layout.POST_RECORD.itemsize)),
+                    mult_off.eq(param_cp << 2),
+                    wzp_off.eq(param_cp << 3),
+                    post_off.eq(_align16(param_cp * 9)),
+                    act_off.eq(_align16(_align16(param_cp * 9) + layout.POST_RECORD.itemsize)),
                     param_len.eq(Mux(instr.act == Activation.TABLE,
-                                     _align16(_align16(out_cp * 9)
+                                     _align16(_align16(param_cp * 9)
                                               + layout.POST_RECORD.itemsize) + 256,
-                                     _align16(_align16(out_cp * 9)
+                                     _align16(_align16(param_cp * 9)
                                               + layout.POST_RECORD.itemsize))),
                     div_rem.eq(self.row_words), div_bit.eq(self.row_words.bit_length()),
                     places.eq(0),
@@ -879,7 +896,10 @@ class GroupController(wiring.Component):
             with m.State("PARAM_DATA"):
                 m.d.comb += loading_params.eq(1)
                 with m.If(beat_fire & rd.payload.last):
-                    m.next = "WEIGHT_CMD"
+                    with m.If(identity):
+                        m.next = "COMPUTE_START"
+                    with m.Else():
+                        m.next = "WEIGHT_CMD"
                 guard()
             with m.State("WEIGHT_CMD"):
                 # Depthwise weights are a multiple of the bus width; normal ones too.
