@@ -118,6 +118,8 @@ class GroupController(wiring.Component):
         Bus address bits.
     max_channels : int
         Output channels whose bias, multiplier and weight zero point fit on chip.
+    max_table_channels : int
+        Input channels whose per-channel tables (input transform) fit on chip.
 
     Signature
     ---------
@@ -127,7 +129,8 @@ class GroupController(wiring.Component):
         The DMA's AXI4 master port.
     """
 
-    def __init__(self, config: HwConfig, *, addr_width: int = 32, max_channels: int = 2048):
+    def __init__(self, config: HwConfig, *, addr_width: int = 32, max_channels: int = 2048,
+                 max_table_channels: int = 256):
         B, L = config.dram_bus_bytes, config.lanes
         if config.ti != config.to:
             raise ValueError("the group controller needs ti == to")
@@ -138,6 +141,7 @@ class GroupController(wiring.Component):
         self.config = config
         self.addr_width = addr_width
         self.max_channels = max_channels
+        self.max_table_channels = max_table_channels
         self.weight_words = config.buffer_bytes[1] // (config.ti * config.to)
         self.row_words = config.max_row_bytes // L
         self.psum_words = config.psum_buffer_bytes // (4 * config.to)
@@ -224,6 +228,8 @@ class GroupController(wiring.Component):
         weight_len = Signal(32)
         out_block0 = Signal(16)
         identity = Signal()             # conv NONE
+        has_ct = Signal()               # input transform: per-channel tables
+        ct_off = Signal(24)
         param_cp = Signal(17)           # channels of the bias/multiplier/zero-point sections
 
         kh, kw = instr.kh, instr.kw
@@ -242,6 +248,9 @@ class GroupController(wiring.Component):
         weight_w = weight_mem.write_port(granularity=8 * B)
         post = Array(Signal(32, name=f"post_{k}") for k in range(POST_WORDS))
         m.submodules.act = act = ActivationTable(L)
+
+        m.submodules.in_table = in_table = ResetInserter(flush)(
+            ActivationTable(L, per_channel=True, max_channels=self.max_table_channels))
 
         def post_word(field, index=0):
             return post[_POST_FIELD_WORD[field] + index]
@@ -354,12 +363,33 @@ class GroupController(wiring.Component):
                              in_fifo.w_data.eq(Cat(in_word[8 * B:], beat))]
         m.d.comb += in_fifo.w_en.eq(in_push)
 
+        # Channel block of the word entering the input transform: words come (y, cb, x).
+        t_x = Signal(12)
+        t_cb = Signal(range(self.max_table_channels // L))
+        with m.If(flush | start_compute):
+            m.d.sync += [t_x.eq(0), t_cb.eq(0)]
+        with m.Elif(in_table.i_stream.valid & in_table.i_stream.ready):
+            with m.If(t_x + 1 < instr.in_w):
+                m.d.sync += t_x.eq(t_x + 1)
+            with m.Else():
+                m.d.sync += [t_x.eq(0), t_cb.eq(Mux(t_cb + 1 < in_blocks, t_cb + 1, 0))]
+        # The convolution's input: the transformed one (zero point and type from the post
+        # record; also the padding value) or the instruction's.
+        x_signed = Mux(has_ct, stage_signed("in_transform"), instr.in_signed)
+        x_zp = Mux(has_ct, stage_zp("in_transform"),
+                   Mux(instr.in_signed, instr.in_zp.as_signed(), instr.in_zp))
+
         # Row buffer input.
         dp = datapath
         m.d.comb += [
-            dp.i_stream.payload.eq(in_fifo.r_data),
-            dp.i_stream.valid.eq(in_fifo.r_rdy),
-            in_fifo.r_en.eq(dp.i_stream.ready),
+            in_table.i_stream.payload.eq(in_fifo.r_data),
+            in_table.i_stream.valid.eq(in_fifo.r_rdy),
+            in_fifo.r_en.eq(in_table.i_stream.ready),
+            in_table.enable.eq(has_ct),
+            in_table.channel_block.eq(t_cb),
+            dp.i_stream.payload.eq(in_table.o_stream.payload),
+            dp.i_stream.valid.eq(in_table.o_stream.valid),
+            in_table.o_stream.ready.eq(dp.i_stream.ready),
         ]
 
         # Datapath parameters.
@@ -374,8 +404,8 @@ class GroupController(wiring.Component):
             prm.repeats.eq(Mux(depthwise, 1, out_blocks)),
             prm.row_words.eq(row_words),
             prm.places.eq(places),
-            prm.zero_point.eq(instr.in_zp),
-            dp.x_signed.eq(instr.in_signed),
+            prm.zero_point.eq(x_zp[:8]),
+            dp.x_signed.eq(x_signed),
             dp.uses.eq(conv_w),
             dp.start.eq(start_compute),
         ]
@@ -480,9 +510,8 @@ class GroupController(wiring.Component):
             psum_w.en.eq(a_valid & ~a_last),
         ]
         # conv NONE: codes pass unchanged (acc = x − x_zp, multiplier 1.0, zero point x_zp).
-        conv_signed = Mux(identity, instr.in_signed, stage_signed("conv"))
-        conv_zp = Mux(identity, Mux(instr.in_signed, instr.in_zp.as_signed(), instr.in_zp),
-                      stage_zp("conv"))
+        conv_signed = Mux(identity, x_signed, stage_signed("conv"))
+        conv_zp = Mux(identity, x_zp, stage_zp("conv"))
         lo = Mux(conv_signed, -128, 0)
         hi = Mux(conv_signed, 127, 255)
         requant_valid = Signal()
@@ -599,6 +628,9 @@ class GroupController(wiring.Component):
 
         # -- parameter and weight loading (beats of the control FSM's reads) ------------------
         load_pos = Signal(24)          # byte offset of the beat within the loaded block
+        in_act = ((instr.act == Activation.TABLE) & (load_pos >= act_off)
+                  & (load_pos < act_off + 256))
+        in_ct = has_ct & (load_pos >= ct_off) & (load_pos < post_off)
         act_byte = Signal(range(B))
         loading_params = Signal()
         loading_weights = Signal()
@@ -619,6 +651,7 @@ class GroupController(wiring.Component):
             wzp_w.data.eq(Cat(*([beat] * wzp_chunks))),
             weight_w.data.eq(Cat(*([beat] * (Ti * To // B)))),
             act.write_data.eq(beat.word_select(act_byte, 8)),
+            in_table.write_data.eq(beat.word_select(act_byte, 8)),
         ]
         with m.If(loading_params & rd.valid):
             pos = load_pos
@@ -642,9 +675,11 @@ class GroupController(wiring.Component):
                 for j in range(wpb):
                     with m.If(word0 + j < POST_WORDS):
                         m.d.sync += post[word0 + j].eq(beat_words[j])
-            with m.Elif((instr.act == Activation.TABLE) & (pos >= act_off)
-                        & (pos < act_off + 256)):
+            with m.Elif(in_act):
                 m.d.comb += [act.write_addr.eq(pos - act_off + act_byte), act.write_en.eq(1)]
+            with m.Elif(in_ct):
+                m.d.comb += [in_table.write_addr.eq(pos - ct_off + act_byte),
+                             in_table.write_en.eq(1)]
         with m.If(loading_weights & rd.valid):
             with m.If(depthwise):
                 byte = Cat(Const(0, _log2(B)), dw_chunk, dw_slot) if beats_per_word > 1 \
@@ -655,12 +690,10 @@ class GroupController(wiring.Component):
                 m.d.comb += [weight_w.addr.eq(load_pos >> _log2(Ti * To)),
                              weight_w.en.eq(one_hot(load_pos[_log2(B):_log2(Ti * To)],
                                                     Ti * To // B))]
-        # Read-data ready outside compute: the act table takes one byte per cycle.
-        in_act = ((instr.act == Activation.TABLE) & (load_pos >= act_off)
-                  & (load_pos < act_off + 256))
+        # Read-data ready outside compute: the tables take one byte per cycle.
         with m.If(~compute):
-            m.d.comb += rd.ready.eq(~(loading_params & in_act) | (act_byte == B - 1))
-        with m.If(loading_params & rd.valid & in_act):
+            m.d.comb += rd.ready.eq(~(loading_params & (in_act | in_ct)) | (act_byte == B - 1))
+        with m.If(loading_params & rd.valid & (in_act | in_ct)):
             m.d.sync += act_byte.eq(Mux(act_byte == B - 1, 0, act_byte + 1))
         with m.If(beat_fire & ~compute):
             m.d.sync += [load_pos.eq(load_pos + B), beat_index.eq(beat_index + 1)]
@@ -728,7 +761,6 @@ class GroupController(wiring.Component):
                      | (instr.out_c == 0)
                      | ((instr.conv != ConvKind.NORMAL) & (instr.in_c != instr.out_c)))
         unsupported = ((instr.reuse != Reuse.ROW)
-                       | (instr.in_transform != InputTransform.NONE)
                        | (instr.eltwise != Eltwise.NONE) | (instr.pool != Pool.NONE)
                        | instr.upsample
                        | (instr.input.space != MemSpace.DRAM)
@@ -823,6 +855,7 @@ class GroupController(wiring.Component):
                 m.d.sync += [
                     depthwise.eq(dw),
                     identity.eq(none),
+                    has_ct.eq(instr.in_transform == InputTransform.CHANNEL_TABLE),
                     param_cp.eq(Mux(none, 0, ob << _log2(To))),
                     in_blocks.eq((instr.in_c + L - 1) >> _log2(L)),
                     out_blocks.eq(ob),
@@ -847,17 +880,20 @@ class GroupController(wiring.Component):
                     m.next = "DECODE2"
                 guard()
             with m.State("DECODE2"):
+                # The sections of sfnpu.layout.param_sections, in order, 16-byte aligned.
+                ct_start = _align16(param_cp * 9)
+                ct_bytes = Mux(has_ct, (in_blocks << _log2(L)) << 8, 0)
+                post_start = _align16(ct_start + ct_bytes)
+                act_start = _align16(post_start + layout.POST_RECORD.itemsize)
                 m.d.sync += [
                     weight_steps.eq(sets * steps),
                     mult_off.eq(param_cp << 2),
                     wzp_off.eq(param_cp << 3),
-                    post_off.eq(_align16(param_cp * 9)),
-                    act_off.eq(_align16(_align16(param_cp * 9) + layout.POST_RECORD.itemsize)),
-                    param_len.eq(Mux(instr.act == Activation.TABLE,
-                                     _align16(_align16(param_cp * 9)
-                                              + layout.POST_RECORD.itemsize) + 256,
-                                     _align16(_align16(param_cp * 9)
-                                              + layout.POST_RECORD.itemsize))),
+                    ct_off.eq(ct_start),
+                    post_off.eq(post_start),
+                    act_off.eq(act_start),
+                    param_len.eq(Mux(instr.act == Activation.TABLE, act_start + 256,
+                                     act_start)),
                     div_rem.eq(self.row_words), div_bit.eq(self.row_words.bit_length()),
                     places.eq(0),
                 ]
@@ -866,6 +902,7 @@ class GroupController(wiring.Component):
                 with m.Elif(unsupported):
                     fail(ErrorCode.UNSUPPORTED)
                 with m.Elif((out_blocks > cb_max) | (row_words > self.row_words)
+                            | (has_ct & (in_blocks > self.max_table_channels // L))
                             | (conv_w > self.psum_words)):
                     fail(ErrorCode.BUFFER_OVERFLOW)
                 with m.Else():

@@ -69,6 +69,17 @@ def concat_net():
     return net, [net.conv(s, 16, 8, 3)]
 
 
+def preact_net():
+    """Pre-activation BN → ReLU on the graph input (nothing to fold it into): the consumer
+    convolution's per-channel input tables, with the transformed zero point as padding."""
+    net = Net((16, 6, 6), seed=6, name="preact")
+    c = 16
+    bn = net.op("BatchNormalization", [
+        "x", net.const(net.rng.uniform(0.5, 2, c)), net.const(net.rng.standard_normal(c)),
+        net.const(net.rng.standard_normal(c) * 0.1), net.const(net.rng.uniform(0.5, 2, c))])
+    return net, [net.conv(net.op("Relu", [bn]), 16, 8, 3, stride=2)]
+
+
 def run_and_compare(harness, blob):
     result = harness.run(blob, max_cycles=2_000_000)
     assert not result.timeout, "no interrupt: the accelerator hung"
@@ -84,6 +95,7 @@ def run_and_compare(harness, blob):
     (conv_stack, {ConvKind.NORMAL, ConvKind.DEPTHWISE}),
     (table_net, {ConvKind.NORMAL, ConvKind.DEPTHWISE}),
     (concat_net, {ConvKind.NORMAL, ConvKind.NONE}),
+    (preact_net, {ConvKind.NORMAL}),
 ])
 def test_image_matches_golden(harness, tmp_path, build, kinds):
     net, outputs = build()
