@@ -24,7 +24,10 @@ Four agents run concurrently until the group's last output word is in DRAM:
   is issued only when the input FIFO has room for its whole segment, so read data never
   blocks the DMA (which would deadlock against the output path);
 * weight replay: for every output row, the weight sets of all passes (``for ob: for ib``) from
-  the weight store into the double weight-block buffer, with the block's weight zero points;
+  the weight store into the double weight-block buffer, with the block's weight zero points.
+  A normal convolution whose weights exceed the store (buffer 1) streams them instead: one DMA
+  read per set and output row into a weight FIFO, issued when the FIFO has room for the whole
+  set (weights then cross the bus once per output row; frame reuse is the remedy);
 * accumulation: the array's per-pass results are summed over the ``IB`` input-channel blocks in
   the 32-bit partial-sum buffer (one output row of ``To`` lanes), the bias is added and the
   ``To`` float32-exact requantisers produce one beat per output pixel and channel block, in
@@ -36,11 +39,13 @@ Four agents run concurrently until the group's last output word is in DRAM:
 The datapath stops taking steps (``hold``) while the result FIFO lacks room for every result
 still in flight, so the array's no-back-pressure output never overflows.
 
-This build implements row reuse with every operand in DRAM, normal and depthwise convolution,
-activation NONE/CLAMP/TABLE, output-channel offsets that are multiples of ``L``. Valid
-instructions using anything else (frame reuse, on-chip buffer operands, conv NONE, input
-transform, element-wise stages, pooling, upsampling) stop the run with ``UNSUPPORTED``; the
-compiler's image checks say which group. Decode errors: opcode ≠ GROUP → ``ILLEGAL_OPCODE``;
+This build implements row reuse with every operand in DRAM; normal and depthwise convolution,
+and conv NONE as a 1×1 depthwise pass with unit weights (multiplier 1.0, the input's zero
+point: codes pass unchanged); the per-channel input tables (input transform, in front of the
+row buffer, their output zero point also padding the convolution); activation NONE/CLAMP/
+TABLE; output-channel offsets that are multiples of ``L``. Valid instructions using anything
+else (frame reuse, on-chip buffer operands, element-wise stages, pooling, upsampling) stop the
+run with ``UNSUPPORTED``. Decode errors: opcode ≠ GROUP → ``ILLEGAL_OPCODE``;
 reserved bits, undefined enum values, zero sizes, kernel/stride out of range, depthwise with
 ``in_c ≠ out_c``, output shape ≠ the convolution's → ``ILLEGAL_FIELD``; a layer whose weights,
 rows, parameters or output row exceed the on-chip stores → ``BUFFER_OVERFLOW``.
@@ -228,6 +233,7 @@ class GroupController(wiring.Component):
         weight_len = Signal(32)
         out_block0 = Signal(16)
         identity = Signal()             # conv NONE
+        streaming = Signal()            # weights streamed from DRAM for every output row
         has_ct = Signal()               # input transform: per-channel tables
         ct_off = Signal(24)
         param_cp = Signal(17)           # channels of the bias/multiplier/zero-point sections
@@ -302,6 +308,69 @@ class GroupController(wiring.Component):
         m.d.comb += o_chunk.eq(Mux(o_left < chunk_words, o_left, chunk_words))
         o_req = compute & ~o_done & (write_fifo.level >= o_committed + o_chunk)
 
+        # Streamed weights (normal convolution whose weights exceed the store): for every
+        # output row, every set (P steps of Ti·To bytes, contiguous in the layout) is read
+        # from DRAM; a set's command is issued once the weight FIFO has room for all of it.
+        set_steps = MAX_KERNEL * MAX_KERNEL
+        grant_weights = Signal()
+        weight_beat = Signal()
+        ws_fifo = ResetInserter(flush)(SyncFIFO(width=8 * Ti * To, depth=2 * set_steps))
+        m.submodules.ws_fifo = ws_fifo
+        wzp_async = wzp_mem.read_port(domain="comb")
+        ws_set = Signal(32)             # sets commanded in this output row
+        ws_row = Signal(12)
+        ws_addr = Signal(aw)
+        ws_done = Signal()
+        ws_outstanding = Signal(range(4 * set_steps + 1))
+        ws_set_bytes = Signal(24)
+        m.d.comb += ws_set_bytes.eq(steps << _log2(Ti * To))
+        ws_req = compute & streaming & ~ws_done & (
+            ws_fifo.level + ws_outstanding + steps <= 2 * set_steps)
+        ws_word = Signal(8 * Ti * To)
+        ws_part = Signal(range(Ti * To // B))
+        ws_push = Signal()
+        with m.If(start_compute):
+            m.d.sync += [ws_set.eq(0), ws_row.eq(0), ws_done.eq(~streaming),
+                         ws_addr.eq(base + instr.weights.offset)]
+        with m.Elif(grant_weights):
+            with m.If(ws_set + 1 < sets):
+                m.d.sync += [ws_set.eq(ws_set + 1), ws_addr.eq(ws_addr + ws_set_bytes)]
+            with m.Else():
+                m.d.sync += [ws_set.eq(0), ws_row.eq(ws_row + 1),
+                             ws_addr.eq(base + instr.weights.offset)]
+                with m.If(ws_row + 1 == conv_h):
+                    m.d.sync += ws_done.eq(1)
+        with m.If(flush | start_compute):
+            m.d.sync += [ws_outstanding.eq(0), ws_part.eq(0)]
+        with m.Else():
+            m.d.sync += ws_outstanding.eq(ws_outstanding + Mux(grant_weights, steps, 0)
+                                          - Mux(ws_push, 1, 0))
+            with m.If(weight_beat):
+                m.d.sync += [ws_word.eq(Cat(ws_word[8 * B:], beat)),
+                             ws_part.eq(Mux(ws_part == Ti * To // B - 1, 0, ws_part + 1))]
+        m.d.comb += [
+            ws_push.eq(weight_beat & (ws_part == Ti * To // B - 1)),
+            ws_fifo.w_data.eq(Cat(ws_word[8 * B:], beat)),
+            ws_fifo.w_en.eq(ws_push),
+        ]
+        # The block of the step at the FIFO's head, for its weight zero points.
+        wh_step = Signal(range(set_steps + 1))
+        wh_ib = Signal(16)
+        wh_ob = Signal(16)
+        m.d.comb += wzp_async.addr.eq(wh_ob)
+        with m.If(flush | start_compute):
+            m.d.sync += [wh_step.eq(0), wh_ib.eq(0), wh_ob.eq(0)]
+        with m.Elif(ws_fifo.r_en & ws_fifo.r_rdy):
+            with m.If(wh_step + 1 < steps):
+                m.d.sync += wh_step.eq(wh_step + 1)
+            with m.Else():
+                m.d.sync += wh_step.eq(0)
+                with m.If(wh_ib + 1 < ib_count):
+                    m.d.sync += wh_ib.eq(wh_ib + 1)
+                with m.Else():
+                    m.d.sync += [wh_ib.eq(0),
+                                 wh_ob.eq(Mux(wh_ob + 1 < out_blocks, wh_ob + 1, 0))]
+
         # Command arbitration: control FSM, else output writes, else input reads.
         cmd = dma.cmd
         grant_write = Signal()
@@ -314,6 +383,14 @@ class GroupController(wiring.Component):
                     cmd.payload.length.eq(o_chunk * L),
                     cmd.payload.direction.eq(Direction.WRITE),
                     grant_write.eq(cmd.ready),
+                ]
+            with m.Elif(ws_req):
+                m.d.comb += [
+                    cmd.valid.eq(1),
+                    cmd.payload.address.eq(ws_addr),
+                    cmd.payload.length.eq(ws_set_bytes),
+                    cmd.payload.direction.eq(Direction.READ),
+                    grant_weights.eq(cmd.ready),
                 ]
             with m.Elif(in_req):
                 m.d.comb += [
@@ -347,19 +424,29 @@ class GroupController(wiring.Component):
         with m.Else():
             m.d.sync += in_outstanding.eq(in_outstanding_next)
 
-        # Read data → input words (in the compute phase all reads are input segments).
+        # Read data in the compute phase: input segments and streamed weight sets, in the
+        # order their commands were granted (one tag per command).
+        m.submodules.read_tags = read_tags = ResetInserter(flush)(SyncFIFO(width=1, depth=16))
+        m.d.comb += [
+            read_tags.w_data.eq(grant_weights),
+            read_tags.w_en.eq(grant_read | grant_weights),
+            read_tags.r_en.eq(beat_fire & rd.payload.last & compute),
+        ]
+        beat_is_weights = read_tags.r_data[0]
+        input_beat = beat_fire & ~beat_is_weights
+        m.d.comb += weight_beat.eq(beat_fire & beat_is_weights)
         with m.If(compute):
-            m.d.comb += rd.ready.eq(1)
+            m.d.comb += rd.ready.eq(read_tags.r_rdy)
             if beats_per_word == 1:
-                m.d.comb += [in_push.eq(beat_fire), in_fifo.w_data.eq(beat)]
+                m.d.comb += [in_push.eq(input_beat), in_fifo.w_data.eq(beat)]
             else:
-                with m.If(beat_fire):
+                with m.If(input_beat):
                     m.d.sync += in_word.eq(Cat(in_word[8 * B:], beat))
                     with m.If(in_part == beats_per_word - 1):
                         m.d.sync += in_part.eq(0)
                     with m.Else():
                         m.d.sync += in_part.eq(in_part + 1)
-                m.d.comb += [in_push.eq(beat_fire & (in_part == beats_per_word - 1)),
+                m.d.comb += [in_push.eq(input_beat & (in_part == beats_per_word - 1)),
                              in_fifo.w_data.eq(Cat(in_word[8 * B:], beat))]
         m.d.comb += in_fifo.w_en.eq(in_push)
 
@@ -420,24 +507,37 @@ class GroupController(wiring.Component):
         w_row = Signal(12)
         w_active = Signal()
         w_out = dp.w_stream
-        w_advance = ~w_out.valid | w_out.ready
+        w_valid = Signal()              # the store's read register holds a step
+        w_advance = ~w_valid | w_out.ready
         w_fetch = w_active & w_advance
         m.d.comb += [
             weight_r.addr.eq(w_addr),
             weight_r.en.eq(w_advance),
             wzp_r.addr.eq(w_ob),
             wzp_r.en.eq(w_advance),
-            # conv NONE runs as a 1×1 depthwise convolution with unit weights.
-            w_out.payload.weights.as_value().eq(Mux(identity, _identity_weights(To, Ti),
-                                                    weight_r.data)),
-            w_out.payload.zero_points.as_value().eq(Mux(identity, 0, wzp_r.data)),
         ]
+        with m.If(streaming):
+            # Weights that do not fit the store come from DRAM, set by set (ws_* below).
+            m.d.comb += [
+                w_out.payload.weights.as_value().eq(ws_fifo.r_data),
+                w_out.payload.zero_points.as_value().eq(wzp_async.data),
+                w_out.valid.eq(ws_fifo.r_rdy),
+                ws_fifo.r_en.eq(w_out.ready),
+            ]
+        with m.Else():
+            m.d.comb += [
+                # conv NONE runs as a 1×1 depthwise convolution with unit weights.
+                w_out.payload.weights.as_value().eq(Mux(identity, _identity_weights(To, Ti),
+                                                        weight_r.data)),
+                w_out.payload.zero_points.as_value().eq(Mux(identity, 0, wzp_r.data)),
+                w_out.valid.eq(w_valid),
+            ]
         with m.If(flush | start_compute):
             m.d.sync += [w_addr.eq(0), w_step.eq(0), w_ib.eq(0), w_ob.eq(0), w_row.eq(0),
-                         w_active.eq(start_compute), w_out.valid.eq(0)]
+                         w_active.eq(start_compute & ~streaming), w_valid.eq(0)]
         with m.Else():
             with m.If(w_advance):
-                m.d.sync += w_out.valid.eq(w_fetch)
+                m.d.sync += w_valid.eq(w_fetch)
             with m.If(w_fetch):
                 with m.If(w_step + 1 < steps):
                     m.d.sync += [w_step.eq(w_step + 1), w_addr.eq(w_addr + 1)]
@@ -911,9 +1011,10 @@ class GroupController(wiring.Component):
             with m.State("DIVIDE"):
                 # places = ⌊row_words_max / row_words⌋, one quotient bit per cycle.
                 with m.If(div_bit == 0):
-                    m.d.sync += weight_len.eq(weight_steps << _log2(Ti * To))
+                    m.d.sync += [weight_len.eq(weight_steps << _log2(Ti * To)),
+                                 streaming.eq(weight_steps > self.weight_words)]
                     with m.If((kh > places * ROW_BUFFER_ROWS)
-                              | (weight_steps > self.weight_words)):
+                              | ((weight_steps > self.weight_words) & depthwise)):
                         fail(ErrorCode.BUFFER_OVERFLOW)
                     with m.Else():
                         m.next = "PARAM_CMD"
@@ -933,7 +1034,7 @@ class GroupController(wiring.Component):
             with m.State("PARAM_DATA"):
                 m.d.comb += loading_params.eq(1)
                 with m.If(beat_fire & rd.payload.last):
-                    with m.If(identity):
+                    with m.If(identity | streaming):
                         m.next = "COMPUTE_START"
                     with m.Else():
                         m.next = "WEIGHT_CMD"

@@ -80,6 +80,14 @@ def preact_net():
     return net, [net.conv(net.op("Relu", [bn]), 16, 8, 3, stride=2)]
 
 
+def wide_net():
+    """A 3×3 convolution with 128 → 64 channels (72 KiB of weights, more than the tiny and ecp5
+    weight stores): its weights stream from DRAM for every output row."""
+    net = Net((16, 4, 5), seed=7, name="wide")
+    x = net.op("Relu", [net.conv("x", 16, 128, 1, pads=[0, 0, 0, 0])])
+    return net, [net.conv(x, 128, 64, 3)]
+
+
 def run_and_compare(harness, blob):
     result = harness.run(blob, max_cycles=2_000_000)
     assert not result.timeout, "no interrupt: the accelerator hung"
@@ -96,6 +104,7 @@ def run_and_compare(harness, blob):
     (table_net, {ConvKind.NORMAL, ConvKind.DEPTHWISE}),
     (concat_net, {ConvKind.NORMAL, ConvKind.NONE}),
     (preact_net, {ConvKind.NORMAL}),
+    (wide_net, {ConvKind.NORMAL}),
 ])
 def test_image_matches_golden(harness, tmp_path, build, kinds):
     net, outputs = build()
