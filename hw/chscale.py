@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, EnableInserter, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .beat import code_beat
@@ -225,27 +226,44 @@ class ChannelScale(wiring.Component):
     """Squeeze-and-excitation channel scale: every pixel of channel block *k* of the feature
     map multiplied (QLinearMul) by channel block *k* of the scale vector.
 
+    The feature map arrives row-interleaved: ``in_h`` rows of ``blocks`` segments of ``in_w``
+    pixels, segment *b* holding channel block *b* (order ``(y, b, x)``; with ``blocks = 1``
+    simply one channel block after another). Every block recurs in every row, so the group's
+    ``blocks`` scale beats are kept in a register file indexed by block (a memory of
+    ``max_blocks`` words; a register when ``max_blocks`` is 1).
+
     Parameters
     ----------
     lanes : int
         Codes per beat (``HwConfig.lanes``).
     max_height, max_width : int
         Largest feature-map sizes (the ISA's 12-bit fields by default).
+    max_blocks : int
+        Most channel blocks per row (the range of ``blocks`` and the depth of the scale
+        register file); 1 by default.
 
     Signature
     ---------
     i_stream : In(stream.Signature(ArrayLayout(8, lanes)))
-        Feature map ``a``: ``in_h · in_w`` beats per channel block, blocks back to back.
+        Feature map ``a``: ``in_h`` rows of ``blocks`` segments of ``in_w`` beats; the next
+        group follows without a gap.
     s_stream : In(stream.Signature(ArrayLayout(8, lanes)))
-        Scale codes ``b`` (the ``shortcut`` tensor, ``C × 1 × 1``): one beat per channel block,
-        taken with the block's first pixel.
+        Scale codes ``b`` (the ``shortcut`` tensor, ``C × 1 × 1``): ``blocks`` beats per group,
+        in block order. They are read as soon as they are offered, from the cycle after the
+        previous group's last pixel was accepted (from reset for the first group) until
+        ``blocks`` of them are stored — independently of ``i_stream`` and ``o_stream``, so a
+        producer may deliver the whole vector before the feature map. A pixel of block *b*
+        that arrives before scale beat *b* waits for it; the scale beat may arrive in the same
+        cycle as the pixel and is used at once (no added latency).
     o_stream : Out(stream.Signature(ArrayLayout(8, lanes)))
-        Scaled codes, one beat per input beat.
+        Scaled codes, one beat per input beat, in the input's order.
     enable : In(1)
         Configuration: 0 bypasses the stage (``o_stream`` is ``i_stream``, combinationally;
         ``s_stream`` is not read).
     in_h, in_w : In(...)
         Configuration: pixels per channel block.
+    blocks : In(range(1, max_blocks + 1), init=1)
+        Configuration: channel blocks per row (scale beats per group).
     a_signed, a_zp, b_signed, b_zp, multiplier, y_zp, out_signed :
         Configuration, as in :class:`ChannelScaleLane` (instruction: ``sc_signed``/``sc_zp``
         for ``b``; post record: ``eltwise_const[0]`` and the eltwise stage's zero point/type).
@@ -254,18 +272,21 @@ class ChannelScale(wiring.Component):
     and every output beat delivered.
 
     Timing: one beat per cycle; latency :attr:`LATENCY` (7) cycles. A stall on ``o_stream``
-    freezes the lanes' pipelines (clock enable), so nothing inside is lost or duplicated.
+    freezes the lanes' pipelines (clock enable), so nothing inside is lost or duplicated. The
+    feature map waits only for scale beats not yet offered (in the first row).
     """
 
     LATENCY = ChannelScaleLane.LATENCY
 
-    def __init__(self, lanes: int, max_height: int = 4095, max_width: int = 4095):
-        if lanes < 1 or max_height < 1 or max_width < 1:
-            raise ValueError(f"lanes and sizes must be positive ({lanes}, {max_height}, "
-                             f"{max_width})")
+    def __init__(self, lanes: int, max_height: int = 4095, max_width: int = 4095,
+                 max_blocks: int = 1):
+        if lanes < 1 or max_height < 1 or max_width < 1 or max_blocks < 1:
+            raise ValueError(f"lanes, sizes and max_blocks must be positive ({lanes}, "
+                             f"{max_height}, {max_width}, {max_blocks})")
         self.lanes = lanes
         self.max_height = max_height
         self.max_width = max_width
+        self.max_blocks = max_blocks
         beat = code_beat(lanes)
         super().__init__({
             "i_stream": In(beat),
@@ -274,6 +295,7 @@ class ChannelScale(wiring.Component):
             "enable": In(1),
             "in_h": In(range(1, max_height + 1)),
             "in_w": In(range(1, max_width + 1)),
+            "blocks": In(range(1, max_blocks + 1), init=1),
             "a_signed": In(1),
             "a_zp": In(signed(9)),
             "b_signed": In(1),
@@ -292,25 +314,55 @@ class ChannelScale(wiring.Component):
         advance = ~output_valid | self.o_stream.ready
 
         column = Signal(range(self.max_width))
+        # (at least one bit: a zero-width signal becomes an invalid Verilog range)
+        segment = Signal(range(max(self.max_blocks, 2)))    # channel block of the next pixel
         row = Signal(range(self.max_height))
-        block_start = Signal(init=1)            # the next beat is a block's first pixel
-        scale = Signal(data.ArrayLayout(8, lanes))
-        last_pixel = (column == self.in_w - 1) & (row == self.in_h - 1)
+        segment_end = column == self.in_w - 1
+        last_segment = segment == self.blocks - 1
+        last_row = row == self.in_h - 1
+        last_pixel = segment_end & last_segment & last_row
 
-        scale_ready = ~block_start | self.s_stream.valid
+        # Scale beats of the group stored so far. In the first row the pixels of block b come
+        # after those of blocks < b, which needed their scale beats: loaded ≥ segment always,
+        # and loaded == segment means the beat of this block is still to come.
+        loaded = Signal(range(self.max_blocks + 1))
+        scale_missing = loaded == segment
+        scale_ready = ~scale_missing | self.s_stream.valid
+        s_take = Signal()
+        m.d.comb += [
+            self.s_stream.ready.eq(self.enable & (loaded != self.blocks)),
+            s_take.eq(self.s_stream.valid & self.s_stream.ready),
+        ]
+
         accept = Signal()
         m.d.comb += accept.eq(self.enable & advance & self.i_stream.valid & scale_ready)
         with m.If(accept):
-            m.d.sync += [
-                column.eq(Mux(column == self.in_w - 1, 0, column + 1)),
-                block_start.eq(last_pixel),
+            m.d.sync += column.eq(Mux(segment_end, 0, column + 1))
+            with m.If(segment_end):
+                m.d.sync += segment.eq(Mux(last_segment, 0, segment + 1))
+                with m.If(last_segment):
+                    m.d.sync += row.eq(Mux(last_row, 0, row + 1))
+        with m.If(accept & last_pixel):
+            m.d.sync += loaded.eq(0)                    # the next group brings new scales
+        with m.Elif(s_take):
+            m.d.sync += loaded.eq(loaded + 1)
+
+        stored = Signal(data.ArrayLayout(8, lanes))
+        if self.max_blocks == 1:
+            with m.If(s_take):
+                m.d.sync += stored.eq(self.s_stream.payload)
+        else:
+            m.submodules.scales = scales = Memory(shape=data.ArrayLayout(8, lanes),
+                                                  depth=self.max_blocks, init=[])
+            write = scales.write_port()
+            read = scales.read_port(domain="comb")
+            m.d.comb += [
+                write.addr.eq(loaded), write.data.eq(self.s_stream.payload),
+                write.en.eq(s_take),
+                read.addr.eq(segment), stored.eq(read.data),
             ]
-            with m.If(column == self.in_w - 1):
-                m.d.sync += row.eq(Mux(last_pixel, 0, row + 1))
-            with m.If(block_start):
-                m.d.sync += scale.eq(self.s_stream.payload)
         current_scale = Signal(data.ArrayLayout(8, lanes))
-        m.d.comb += current_scale.eq(Mux(block_start, self.s_stream.payload, scale))
+        m.d.comb += current_scale.eq(Mux(scale_missing, self.s_stream.payload, stored))
 
         for lane in range(lanes):
             unit = ChannelScaleLane()
@@ -332,7 +384,6 @@ class ChannelScale(wiring.Component):
             m.d.comb += [
                 self.o_stream.valid.eq(output_valid),
                 self.i_stream.ready.eq(advance & scale_ready),
-                self.s_stream.ready.eq(advance & block_start & self.i_stream.valid),
             ]
         with m.Else():
             m.d.comb += [

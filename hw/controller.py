@@ -67,11 +67,16 @@ from amaranth.lib.wiring import In, Out
 
 from sfnpu import image, isa, layout, regmap
 from sfnpu.config import MAX_KERNEL, ROW_BUFFER_ROWS, HwConfig
-from sfnpu.isa import Activation, ConvKind, Eltwise, InputTransform, MemSpace, Opcode, Pool, \
+from sfnpu.isa import Activation, ActOrder, ConvKind, Eltwise, InputTransform, MemSpace, Opcode, Pool, \
     Reuse
 from sfnpu.regmap import ErrorCode, StallCause
 
 from .act_table import ActivationTable
+from .chscale import ChannelScale
+from .eltwise_add import EltwiseAdd
+from .gap import GlobalAvgPool
+from .maxpool import MaxPool
+from .upsample import Upsample2x
 from .axi import Axi4Signature
 from .conv_array import array_latency, depthwise_taps
 from .csr import ControlSignature
@@ -94,6 +99,7 @@ _SECTION_KIND_WORD = image.field_offset(image.SECTION_FIELDS, "kind") // 4
 _SECTION_OFFSET_WORD = image.field_offset(image.SECTION_FIELDS, "offset") // 4
 _ISA = data.Layout.cast(isa.InstructionLayout)
 _FLOAT32_ONE = 0x3F800000
+_TAG_INPUT, _TAG_WEIGHTS, _TAG_SHORTCUT = 0, 1, 2
 
 
 def _identity_weights(to: int, ti: int) -> Const:
@@ -125,6 +131,8 @@ class GroupController(wiring.Component):
         Output channels whose bias, multiplier and weight zero point fit on chip.
     max_table_channels : int
         Input channels whose per-channel tables (input transform) fit on chip.
+    pool_row_pixels : int
+        Words of one row of all channel blocks the max-pool and upsample line buffers hold.
 
     Signature
     ---------
@@ -135,7 +143,7 @@ class GroupController(wiring.Component):
     """
 
     def __init__(self, config: HwConfig, *, addr_width: int = 32, max_channels: int = 2048,
-                 max_table_channels: int = 256):
+                 max_table_channels: int = 256, pool_row_pixels: int = 2048):
         B, L = config.dram_bus_bytes, config.lanes
         if config.ti != config.to:
             raise ValueError("the group controller needs ti == to")
@@ -147,6 +155,7 @@ class GroupController(wiring.Component):
         self.addr_width = addr_width
         self.max_channels = max_channels
         self.max_table_channels = max_table_channels
+        self.pool_row_pixels = pool_row_pixels
         self.weight_words = config.buffer_bytes[1] // (config.ti * config.to)
         self.row_words = config.max_row_bytes // L
         self.psum_words = config.psum_buffer_bytes // (4 * config.to)
@@ -253,7 +262,8 @@ class GroupController(wiring.Component):
         wzp_w = wzp_mem.write_port(granularity=8 * B)
         weight_w = weight_mem.write_port(granularity=8 * B)
         post = Array(Signal(32, name=f"post_{k}") for k in range(POST_WORDS))
-        m.submodules.act = act = ActivationTable(L)
+        m.submodules.act = act = ResetInserter(flush)(ActivationTable(L))
+        m.submodules.act_after = act_after = ResetInserter(flush)(ActivationTable(L))
 
         m.submodules.in_table = in_table = ResetInserter(flush)(
             ActivationTable(L, per_channel=True, max_channels=self.max_table_channels))
@@ -290,8 +300,6 @@ class GroupController(wiring.Component):
         in_outstanding = Signal(range(self.row_words * 2 + 1))
         in_credit_ok = (in_fifo.level + in_outstanding + instr.in_w) <= self.row_words
         in_req = compute & ~in_done & in_credit_ok
-        in_word = Signal(8 * L)
-        in_part = Signal(range(max(beats_per_word, 2)))
         in_push = Signal()
 
         # Output writer --------------------------------------------------------------------
@@ -326,8 +334,6 @@ class GroupController(wiring.Component):
         m.d.comb += ws_set_bytes.eq(steps << _log2(Ti * To))
         ws_req = compute & streaming & ~ws_done & (
             ws_fifo.level + ws_outstanding + steps <= 2 * set_steps)
-        ws_word = Signal(8 * Ti * To)
-        ws_part = Signal(range(Ti * To // B))
         ws_push = Signal()
         with m.If(start_compute):
             m.d.sync += [ws_set.eq(0), ws_row.eq(0), ws_done.eq(~streaming),
@@ -341,18 +347,10 @@ class GroupController(wiring.Component):
                 with m.If(ws_row + 1 == conv_h):
                     m.d.sync += ws_done.eq(1)
         with m.If(flush | start_compute):
-            m.d.sync += [ws_outstanding.eq(0), ws_part.eq(0)]
+            m.d.sync += ws_outstanding.eq(0)
         with m.Else():
             m.d.sync += ws_outstanding.eq(ws_outstanding + Mux(grant_weights, steps, 0)
                                           - Mux(ws_push, 1, 0))
-            with m.If(weight_beat):
-                m.d.sync += [ws_word.eq(Cat(ws_word[8 * B:], beat)),
-                             ws_part.eq(Mux(ws_part == Ti * To // B - 1, 0, ws_part + 1))]
-        m.d.comb += [
-            ws_push.eq(weight_beat & (ws_part == Ti * To // B - 1)),
-            ws_fifo.w_data.eq(Cat(ws_word[8 * B:], beat)),
-            ws_fifo.w_en.eq(ws_push),
-        ]
         # The block of the step at the FIFO's head, for its weight zero points.
         wh_step = Signal(range(set_steps + 1))
         wh_ib = Signal(16)
@@ -370,6 +368,46 @@ class GroupController(wiring.Component):
                 with m.Else():
                     m.d.sync += [wh_ib.eq(0),
                                  wh_ob.eq(Mux(wh_ob + 1 < out_blocks, wh_ob + 1, 0))]
+
+        # Shortcut reader. ADD: the residual tensor (conv-output shape) one (oy, ob) segment of
+        # conv_w words per command, in the result order, each issued when the shortcut FIFO
+        # has room for it. CHANNEL_SCALE: the C×1×1 vector in one command at the start (the
+        # scale unit stores every beat as it comes, so it never blocks the DMA).
+        m.submodules.sc_fifo = sc_fifo = ResetInserter(flush)(
+            SyncFIFO(width=8 * L, depth=self.psum_words))
+        grant_shortcut = Signal()
+        sc_push = Signal()
+        sc_oy = Signal(12)
+        sc_ob = Signal(16)
+        sc_addr = Signal(aw)
+        sc_row_addr = Signal(aw)
+        sc_done = Signal()
+        sc_outstanding = Signal(range(2 * self.psum_words + 1))
+        sc_plane = Signal(32)
+        is_add = instr.eltwise == Eltwise.ADD
+        sc_words = Mux(is_add, conv_w, out_blocks)
+        sc_req = compute & ~sc_done & (~is_add | (
+            sc_fifo.level + sc_outstanding + conv_w <= self.psum_words))
+        with m.If(start_compute):
+            m.d.sync += [sc_oy.eq(0), sc_ob.eq(0), sc_done.eq(instr.eltwise == Eltwise.NONE),
+                         sc_addr.eq(base + instr.shortcut.offset),
+                         sc_row_addr.eq(base + instr.shortcut.offset)]
+        with m.Elif(grant_shortcut):
+            with m.If(~is_add):
+                m.d.sync += sc_done.eq(1)
+            with m.Elif(sc_ob + 1 < out_blocks):
+                m.d.sync += [sc_ob.eq(sc_ob + 1), sc_addr.eq(sc_addr + sc_plane)]
+            with m.Else():
+                row = sc_row_addr + (conv_w << _log2(L))
+                m.d.sync += [sc_ob.eq(0), sc_oy.eq(sc_oy + 1), sc_addr.eq(row),
+                             sc_row_addr.eq(row)]
+                with m.If(sc_oy + 1 == conv_h):
+                    m.d.sync += sc_done.eq(1)
+        with m.If(flush | start_compute):
+            m.d.sync += sc_outstanding.eq(0)
+        with m.Else():
+            m.d.sync += sc_outstanding.eq(sc_outstanding + Mux(grant_shortcut & is_add, conv_w, 0)
+                                          - Mux(sc_push & is_add, 1, 0))
 
         # Command arbitration: control FSM, else output writes, else input reads.
         cmd = dma.cmd
@@ -391,6 +429,14 @@ class GroupController(wiring.Component):
                     cmd.payload.length.eq(ws_set_bytes),
                     cmd.payload.direction.eq(Direction.READ),
                     grant_weights.eq(cmd.ready),
+                ]
+            with m.Elif(sc_req):
+                m.d.comb += [
+                    cmd.valid.eq(1),
+                    cmd.payload.address.eq(sc_addr),
+                    cmd.payload.length.eq(sc_words << _log2(L)),
+                    cmd.payload.direction.eq(Direction.READ),
+                    grant_shortcut.eq(cmd.ready),
                 ]
             with m.Elif(in_req):
                 m.d.comb += [
@@ -424,31 +470,42 @@ class GroupController(wiring.Component):
         with m.Else():
             m.d.sync += in_outstanding.eq(in_outstanding_next)
 
-        # Read data in the compute phase: input segments and streamed weight sets, in the
-        # order their commands were granted (one tag per command).
-        m.submodules.read_tags = read_tags = ResetInserter(flush)(SyncFIFO(width=1, depth=16))
+        # Read data in the compute phase: input segments, streamed weight sets and shortcut
+        # segments, in the order their commands were granted (one tag per command).
+        m.submodules.read_tags = read_tags = ResetInserter(flush)(SyncFIFO(width=2, depth=16))
         m.d.comb += [
-            read_tags.w_data.eq(grant_weights),
-            read_tags.w_en.eq(grant_read | grant_weights),
+            read_tags.w_data.eq(Mux(grant_weights, _TAG_WEIGHTS,
+                                    Mux(grant_shortcut, _TAG_SHORTCUT, _TAG_INPUT))),
+            read_tags.w_en.eq(grant_read | grant_weights | grant_shortcut),
             read_tags.r_en.eq(beat_fire & rd.payload.last & compute),
         ]
-        beat_is_weights = read_tags.r_data[0]
-        input_beat = beat_fire & ~beat_is_weights
-        m.d.comb += weight_beat.eq(beat_fire & beat_is_weights)
+        tag = read_tags.r_data
+        data_beat = beat_fire & compute          # other phases' beats belong to the FSM
+        m.d.comb += weight_beat.eq(data_beat & (tag == _TAG_WEIGHTS))
         with m.If(compute):
             m.d.comb += rd.ready.eq(read_tags.r_rdy)
-            if beats_per_word == 1:
-                m.d.comb += [in_push.eq(input_beat), in_fifo.w_data.eq(beat)]
-            else:
-                with m.If(input_beat):
-                    m.d.sync += in_word.eq(Cat(in_word[8 * B:], beat))
-                    with m.If(in_part == beats_per_word - 1):
-                        m.d.sync += in_part.eq(0)
-                    with m.Else():
-                        m.d.sync += in_part.eq(in_part + 1)
-                m.d.comb += [in_push.eq(input_beat & (in_part == beats_per_word - 1)),
-                             in_fifo.w_data.eq(Cat(in_word[8 * B:], beat))]
-        m.d.comb += in_fifo.w_en.eq(in_push)
+
+        def assemble(beat_valid, word_bytes, name):
+            """Bus beats → words of ``word_bytes`` (beats in address order): the word and the
+            strobe of its last beat."""
+            parts = word_bytes // B
+            if parts == 1:
+                return beat_valid, beat
+            word = Signal(8 * word_bytes, name=f"{name}_word")
+            part = Signal(range(parts), name=f"{name}_part")
+            with m.If(flush | start_compute):
+                m.d.sync += part.eq(0)
+            with m.Elif(beat_valid):
+                m.d.sync += [word.eq(Cat(word[8 * B:], beat)),
+                             part.eq(Mux(part == parts - 1, 0, part + 1))]
+            return beat_valid & (part == parts - 1), Cat(word[8 * B:], beat)
+
+        push, word = assemble(data_beat & (tag == _TAG_INPUT), L, "input")
+        m.d.comb += [in_push.eq(push), in_fifo.w_data.eq(word), in_fifo.w_en.eq(in_push)]
+        push, word = assemble(data_beat & (tag == _TAG_SHORTCUT), L, "shortcut")
+        m.d.comb += [sc_push.eq(push), sc_fifo.w_data.eq(word), sc_fifo.w_en.eq(sc_push)]
+        push, word = assemble(weight_beat, Ti * To, "weights")
+        m.d.comb += [ws_push.eq(push), ws_fifo.w_data.eq(word), ws_fifo.w_en.eq(ws_push)]
 
         # Channel block of the word entering the input transform: words come (y, cb, x).
         t_x = Signal(12)
@@ -641,34 +698,117 @@ class GroupController(wiring.Component):
         hold = Signal()
         m.d.comb += [hold.eq(result_fifo.level + in_flight >= result_depth), dp.hold.eq(hold)]
 
-        # Post-processing: activation table → clamp and padding-lane mask → write buffer.
+        # Post-processing, in the order of sfnpu.isa's chain: activation table (before the
+        # element-wise stage) → ADD or CHANNEL_SCALE with the shortcut stream → activation
+        # table (after it) → clamp → max or global-average pool → 2× upsample → padding-lane
+        # mask → write buffer. Every stage passes beats (oy, ob, ox) of `out_blocks` blocks.
+        # The type (zero point, signedness) of the codes after each stage, as the golden model
+        # tracks it: the post record's entry of each stage that changes it.
+        table_first = (instr.act == Activation.TABLE) & (
+            (instr.eltwise == Eltwise.NONE) | (instr.act_order == ActOrder.BEFORE_ELTWISE))
+        table_after = (instr.act == Activation.TABLE) & (instr.eltwise != Eltwise.NONE) & (
+            instr.act_order == ActOrder.AFTER_ELTWISE)
+        t1_signed = Mux(table_first, stage_signed("act"), conv_signed)
+        t1_zp = Mux(table_first, stage_zp("act"), conv_zp)
+        has_eltwise = instr.eltwise != Eltwise.NONE
+        t2_signed = Mux(has_eltwise, stage_signed("eltwise"), t1_signed)
+        t2_zp = Mux(has_eltwise, stage_zp("eltwise"), t1_zp)
+        t3_signed = Mux(table_after, stage_signed("act_after"), t2_signed)
+        t3_zp = Mux(table_after, stage_zp("act_after"), t2_zp)
+        sc_zp = Mux(instr.sc_signed, instr.sc_zp.as_signed(), instr.sc_zp)
+
+        max_blocks = self.max_channels // To
+        # The stages keep state across beats even when bypassed: they are held in reset
+        # outside the compute phase, so each group starts them afresh.
+        restart = flush | ~compute
+        m.submodules.add = add = ResetInserter(restart)(EltwiseAdd(L))
+        m.submodules.scale = scale = ResetInserter(restart)(
+            ChannelScale(L, max_width=self.psum_words, max_blocks=max_blocks))
+        m.submodules.maxpool = maxpool = ResetInserter(restart)(
+            MaxPool(L, max_width=self.psum_words, max_blocks=max_blocks,
+                    max_row_pixels=self.pool_row_pixels))
+        m.submodules.gap = gap = ResetInserter(restart)(
+            GlobalAvgPool(L, max_width=self.psum_words, max_blocks=max_blocks))
+        m.submodules.upsample = upsample = ResetInserter(restart)(
+            Upsample2x(L, max_width=self.pool_row_pixels))
+        pooled_h = Mux(instr.upsample, instr.out_h >> 1, instr.out_h)
+        pooled_w = Mux(instr.upsample, instr.out_w >> 1, instr.out_w)
         m.d.comb += [
-            act.i_stream.payload.eq(result_fifo.r_data),
-            act.i_stream.valid.eq(result_fifo.r_rdy),
-            result_fifo.r_en.eq(act.i_stream.ready),
-            act.enable.eq(instr.act == Activation.TABLE),
+            act.enable.eq(table_first),
+            act_after.enable.eq(table_after),
+            add.enable.eq(instr.eltwise == Eltwise.ADD),
+            add.stream_signed.eq(t1_signed),
+            add.shortcut_signed.eq(instr.sc_signed),
+            add.swap.eq(post_word("eltwise_swap")[0]),
+            add.r_a.eq(post_word("eltwise_const", 0)),
+            add.r_b.eq(post_word("eltwise_const", 1)),
+            add.fixed.eq(post_word("eltwise_const", 2)),
+            add.out_signed.eq(stage_signed("eltwise")),
+            scale.enable.eq(instr.eltwise == Eltwise.CHANNEL_SCALE),
+            scale.in_h.eq(conv_h), scale.in_w.eq(conv_w), scale.blocks.eq(out_blocks),
+            scale.a_signed.eq(t1_signed), scale.a_zp.eq(t1_zp),
+            scale.b_signed.eq(instr.sc_signed), scale.b_zp.eq(sc_zp),
+            scale.multiplier.eq(post_word("eltwise_const", 0)),
+            scale.y_zp.eq(stage_zp("eltwise")), scale.out_signed.eq(stage_signed("eltwise")),
+            maxpool.enable.eq(instr.pool == Pool.MAX),
+            maxpool.signed.eq(t3_signed),
+            maxpool.kernel.eq(instr.pool_size), maxpool.stride.eq(instr.pool_stride),
+            maxpool.pad.eq(instr.pool_pad),
+            maxpool.in_h.eq(conv_h), maxpool.in_w.eq(conv_w),
+            maxpool.out_h.eq(pooled_h), maxpool.out_w.eq(pooled_w),
+            maxpool.blocks.eq(out_blocks),
+            gap.enable.eq(instr.pool == Pool.GLOBAL_AVG),
+            gap.in_h.eq(conv_h), gap.in_w.eq(conv_w), gap.blocks.eq(out_blocks),
+            gap.in_signed.eq(t3_signed), gap.in_zp.eq(t3_zp),
+            gap.multiplier.eq(post_word("pool_const", 0)),
+            gap.out_signed.eq(stage_signed("pool")), gap.out_zp.eq(stage_zp("pool")),
+            upsample.enable.eq(instr.upsample),
+            upsample.in_w.eq(out_blocks * pooled_w),
         ]
+        # The shortcut stream: a residual tensor (ADD) or the scale vector (CHANNEL_SCALE).
+        m.d.comb += [
+            add.s_stream.payload.eq(sc_fifo.r_data),
+            scale.s_stream.payload.eq(sc_fifo.r_data),
+            add.s_stream.valid.eq(sc_fifo.r_rdy & (instr.eltwise == Eltwise.ADD)),
+            scale.s_stream.valid.eq(sc_fifo.r_rdy & (instr.eltwise == Eltwise.CHANNEL_SCALE)),
+            sc_fifo.r_en.eq(Mux(instr.eltwise == Eltwise.ADD, add.s_stream.ready,
+                                scale.s_stream.ready)),
+        ]
+        # Clamp (Activation.CLAMP) between the tables and the pooling.
+        clamp = stream.Signature(data.ArrayLayout(8, L)).create()
+        out_signed = instr.out_signed
+        clamp_lo = Mux(out_signed, instr.clamp_lo.as_signed(), instr.clamp_lo)
+        clamp_hi = Mux(out_signed, instr.clamp_hi.as_signed(), instr.clamp_hi)
+        for lane in range(L):
+            code = act_after.o_stream.payload[lane]
+            value = Mux(t3_signed, code.as_signed(), code)
+            clamped = Mux(instr.act == Activation.CLAMP,
+                          Mux(value < clamp_lo, clamp_lo, Mux(value > clamp_hi, clamp_hi, value)),
+                          value)
+            m.d.comb += clamp.payload[lane].eq(clamped[:8])
+        m.d.comb += [clamp.valid.eq(act_after.o_stream.valid),
+                     act_after.o_stream.ready.eq(clamp.ready)]
+        # Eltwise: both units in series, at most one enabled (the other passes through).
+        wiring.connect(m, result_fifo.r_stream, act.i_stream)
+        wiring.connect(m, act.o_stream, add.i_stream)
+        wiring.connect(m, add.o_stream, scale.i_stream)
+        wiring.connect(m, scale.o_stream, act_after.i_stream)
+        wiring.connect(m, clamp, maxpool.i_stream)
+        wiring.connect(m, maxpool.o_stream, gap.i_stream)
+        wiring.connect(m, gap.o_stream, upsample.i_stream)
+        chain = upsample.o_stream
+
         p_ob = Signal(16)              # channel block of the beat leaving the chain
         p_ox = Signal(12)
         lanes_valid = Signal(range(L + 1))
         remaining = instr.out_c - (p_ob << _log2(To))
         m.d.comb += lanes_valid.eq(Mux(remaining >= L, L, remaining))
-        out_signed = instr.out_signed
-        clamp_lo = Mux(out_signed, instr.clamp_lo.as_signed(), instr.clamp_lo)
-        clamp_hi = Mux(out_signed, instr.clamp_hi.as_signed(), instr.clamp_hi)
-        masked = []
-        for lane in range(L):
-            code = act.o_stream.payload[lane]
-            value = Mux(out_signed, code.as_signed(), code)
-            clamped = Mux(instr.act == Activation.CLAMP,
-                          Mux(value < clamp_lo, clamp_lo, Mux(value > clamp_hi, clamp_hi, value)),
-                          value)
-            masked.append(Mux(lane < lanes_valid, clamped[:8], 0))
-        post_fire = act.o_stream.valid & write_fifo.w_rdy
+        masked = [Mux(lane < lanes_valid, chain.payload[lane], 0) for lane in range(L)]
+        post_fire = chain.valid & write_fifo.w_rdy
         m.d.comb += [
             write_fifo.w_data.eq(Cat(*masked)),
-            write_fifo.w_en.eq(act.o_stream.valid),
-            act.o_stream.ready.eq(write_fifo.w_rdy),
+            write_fifo.w_en.eq(chain.valid),
+            chain.ready.eq(write_fifo.w_rdy),
         ]
         with m.If(flush | start_compute):
             m.d.sync += [p_ob.eq(0), p_ox.eq(0)]
@@ -751,6 +891,7 @@ class GroupController(wiring.Component):
             wzp_w.data.eq(Cat(*([beat] * wzp_chunks))),
             weight_w.data.eq(Cat(*([beat] * (Ti * To // B)))),
             act.write_data.eq(beat.word_select(act_byte, 8)),
+            act_after.write_data.eq(beat.word_select(act_byte, 8)),
             in_table.write_data.eq(beat.word_select(act_byte, 8)),
         ]
         with m.If(loading_params & rd.valid):
@@ -776,7 +917,9 @@ class GroupController(wiring.Component):
                     with m.If(word0 + j < POST_WORDS):
                         m.d.sync += post[word0 + j].eq(beat_words[j])
             with m.Elif(in_act):
-                m.d.comb += [act.write_addr.eq(pos - act_off + act_byte), act.write_en.eq(1)]
+                m.d.comb += [act.write_addr.eq(pos - act_off + act_byte), act.write_en.eq(1),
+                             act_after.write_addr.eq(pos - act_off + act_byte),
+                             act_after.write_en.eq(1)]
             with m.Elif(in_ct):
                 m.d.comb += [in_table.write_addr.eq(pos - ct_off + act_byte),
                              in_table.write_en.eq(1)]
@@ -860,9 +1003,7 @@ class GroupController(wiring.Component):
                      | (instr.in_h == 0) | (instr.in_w == 0) | (instr.in_c == 0)
                      | (instr.out_c == 0)
                      | ((instr.conv != ConvKind.NORMAL) & (instr.in_c != instr.out_c)))
-        unsupported = ((instr.reuse != Reuse.ROW)
-                       | (instr.eltwise != Eltwise.NONE) | (instr.pool != Pool.NONE)
-                       | instr.upsample
+        unsupported = ((instr.reuse != Reuse.ROW) | (instr.pool == Pool.AVG)
                        | (instr.input.space != MemSpace.DRAM)
                        | (instr.output.space != MemSpace.DRAM)
                        | (instr.weights.space != MemSpace.DRAM)
@@ -987,6 +1128,7 @@ class GroupController(wiring.Component):
                 act_start = _align16(post_start + layout.POST_RECORD.itemsize)
                 m.d.sync += [
                     weight_steps.eq(sets * steps),
+                    sc_plane.eq((conv_h * conv_w) << _log2(L)),
                     mult_off.eq(param_cp << 2),
                     wzp_off.eq(param_cp << 3),
                     ct_off.eq(ct_start),
@@ -997,11 +1139,25 @@ class GroupController(wiring.Component):
                     div_rem.eq(self.row_words), div_bit.eq(self.row_words.bit_length()),
                     places.eq(0),
                 ]
-                with m.If((conv_h != instr.out_h) | (conv_w != instr.out_w)):
+                pooled_h = Mux(instr.upsample, instr.out_h >> 1, instr.out_h)
+                pooled_w = Mux(instr.upsample, instr.out_w >> 1, instr.out_w)
+                no_pool = (instr.pool == Pool.NONE) & ((conv_h != pooled_h)
+                                                       | (conv_w != pooled_w))
+                global_pool = (instr.pool == Pool.GLOBAL_AVG) & ((pooled_h != 1)
+                                                                 | (pooled_w != 1))
+                odd = instr.upsample & (instr.out_h[0] | instr.out_w[0])
+                window = (instr.pool == Pool.MAX) & (
+                    (instr.pool_size < 2) | (instr.pool_stride == 0) | (instr.pool_stride > 2)
+                    | (instr.pool_pad >= instr.pool_size) | (pooled_h == 0) | (pooled_w == 0))
+                with m.If(no_pool | global_pool | odd | window):
                     fail(ErrorCode.ILLEGAL_FIELD)
                 with m.Elif(unsupported):
                     fail(ErrorCode.UNSUPPORTED)
                 with m.Elif((out_blocks > cb_max) | (row_words > self.row_words)
+                            | (out_blocks * Mux(instr.pool == Pool.MAX, pooled_w, 0)
+                               > self.pool_row_pixels)
+                            | (out_blocks * Mux(instr.upsample, pooled_w, 0)
+                               > self.pool_row_pixels)
                             | (has_ct & (in_blocks > self.max_table_channels // L))
                             | (conv_w > self.psum_words)):
                     fail(ErrorCode.BUFFER_OVERFLOW)
@@ -1054,7 +1210,8 @@ class GroupController(wiring.Component):
                     m.next = "COMPUTE_START"
                 guard()
             with m.State("COMPUTE_START"):
-                m.d.comb += [start_compute.eq(1), compute.eq(1)]
+                # Agents initialise in this cycle and act from the next one.
+                m.d.comb += start_compute.eq(1)
                 m.next = "COMPUTE"
                 guard()
             with m.State("COMPUTE"):

@@ -5,12 +5,22 @@ exact in int32 and the float32-exact :class:`~sfnpu.hw.requant.Requantizer`. The
 ``Σ(x − x_zp)`` (the same int32 value, no multiply). One output beat per channel block is rare
 (every ``H·W`` input beats), so a single requantiser serves all lanes one after another; the
 finished sums move to a holding bank so the next channel block accumulates meanwhile.
+
+Channel blocks arrive row-interleaved: every input row is ``blocks`` segments of ``in_w``
+pixels, segment *b* holding channel block *b* (order ``(y, b, x)``). A segment accumulates in
+one bank of registers; at its end the bank's sums are written to a memory of ``max_blocks``
+words (one int32 per lane), from which the block's next segment starts. The memory's read port
+always addresses the block of the next input beat, so its (registered) output is ready when
+that beat arrives: a segment end writes block *b* while the port already reads block *b + 1*
+(with one block the bank itself carries the sums from row to row). The last
+row's segments finish the blocks in order; each one's sums go to the holding bank and out.
 """
 
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .beat import code_beat
@@ -23,7 +33,7 @@ ACC_BITS = 32
 
 
 class GlobalAvgPool(wiring.Component):
-    """Per-channel average of a channel block's ``in_h × in_w`` pixels, requantised.
+    """Per-channel average of every channel block's ``in_h × in_w`` pixels, requantised.
 
     Parameters
     ----------
@@ -31,17 +41,24 @@ class GlobalAvgPool(wiring.Component):
         Codes per beat (``HwConfig.lanes``).
     max_height, max_width : int
         Largest input sizes (the ISA's 12-bit fields by default).
+    max_blocks : int
+        Most channel blocks per row (the range of ``blocks``; the depth of the partial-sum
+        memory, ``max_blocks`` words of ``lanes`` int32 sums; none when 1, the default).
 
     Signature
     ---------
     i_stream : In(stream.Signature(ArrayLayout(8, lanes)))
-        Input pixels of one channel block after another (``in_h · in_w`` beats each).
+        Input pixels: ``in_h`` rows of ``blocks`` segments of ``in_w`` (order ``(y, b, x)``);
+        the next group follows without a gap. With ``blocks = 1``: one channel block after
+        another, ``in_h · in_w`` beats each.
     o_stream : Out(stream.Signature(ArrayLayout(8, lanes)))
-        One beat per channel block: the pooled codes.
+        One beat per channel block, in block order: the pooled codes.
     enable : In(1)
         Configuration: 0 bypasses the stage (``o_stream`` is ``i_stream``, combinationally).
     in_h, in_w : In(...)
         Configuration: pixels per channel block, ``N = in_h · in_w``.
+    blocks : In(range(1, max_blocks + 1), init=1)
+        Configuration: channel blocks per row.
     in_signed : In(1)
         Configuration: input codes are int8 (1) or uint8 (0).
     in_zp : In(signed(9))
@@ -60,16 +77,21 @@ class GlobalAvgPool(wiring.Component):
     Timing: one input beat per cycle. The output beat of a block is ready ``lanes +``
     :attr:`Requantizer.LATENCY <sfnpu.hw.requant.Requantizer.LATENCY>` ``+ 1`` cycles after
     its last input beat; the last beat of the next block waits until that output has left
-    (blocks of at least ``lanes + 7`` pixels never wait when the output is not stalled).
+    (blocks whose last beats are at least ``lanes + 7`` beats apart never wait when the output
+    is not stalled: with ``blocks = 1`` blocks of ``in_h · in_w ≥ lanes + 7`` pixels, with
+    several blocks last-row segments of ``in_w ≥ lanes + 7`` pixels; the other rows never
+    wait).
     """
 
-    def __init__(self, lanes: int, max_height: int = 4095, max_width: int = 4095):
-        if lanes < 1 or max_height < 1 or max_width < 1:
-            raise ValueError(f"lanes and sizes must be positive ({lanes}, {max_height}, "
-                             f"{max_width})")
+    def __init__(self, lanes: int, max_height: int = 4095, max_width: int = 4095,
+                 max_blocks: int = 1):
+        if lanes < 1 or max_height < 1 or max_width < 1 or max_blocks < 1:
+            raise ValueError(f"lanes, sizes and max_blocks must be positive ({lanes}, "
+                             f"{max_height}, {max_width}, {max_blocks})")
         self.lanes = lanes
         self.max_height = max_height
         self.max_width = max_width
+        self.max_blocks = max_blocks
         beat = code_beat(lanes)
         super().__init__({
             "i_stream": In(beat),
@@ -77,6 +99,7 @@ class GlobalAvgPool(wiring.Component):
             "enable": In(1),
             "in_h": In(range(1, max_height + 1)),
             "in_w": In(range(1, max_width + 1)),
+            "blocks": In(range(1, max_blocks + 1), init=1),
             "in_signed": In(1),
             "in_zp": In(signed(9)),
             "multiplier": In(32),
@@ -91,31 +114,58 @@ class GlobalAvgPool(wiring.Component):
 
         # -- accumulate Σ(x − x_zp) per lane ---------------------------------------------------
         column = Signal(range(self.max_width))
+        # (at least one bit: a zero-width signal becomes an invalid Verilog range)
+        segment = Signal(range(max(self.max_blocks, 2)))    # channel block of the next beat
         row = Signal(range(self.max_height))
-        block_start = Signal(init=1)            # the next beat is a block's first pixel
         sums = [Signal(signed(ACC_BITS), name=f"sum_{lane}") for lane in range(lanes)]
         held = [Signal(signed(ACC_BITS), name=f"held_{lane}") for lane in range(lanes)]
 
         busy = Signal()                         # the held sums or their output are in use
-        last_pixel = (column == self.in_w - 1) & (row == self.in_h - 1)
+        segment_start = column == 0
+        segment_end = column == self.in_w - 1
+        last_segment = segment == self.blocks - 1
+        first_row = row == 0
+        last_row = row == self.in_h - 1
+        last_pixel = segment_end & last_row     # a block's sums are complete
         accept = Signal()
         m.d.comb += [
             self.i_stream.ready.eq(self.enable & (~last_pixel | ~busy)),
             accept.eq(self.i_stream.valid & self.i_stream.ready),
         ]
         with m.If(accept):
-            m.d.sync += [
-                column.eq(Mux(column == self.in_w - 1, 0, column + 1)),
-                block_start.eq(last_pixel),
+            m.d.sync += column.eq(Mux(segment_end, 0, column + 1))
+            with m.If(segment_end):
+                m.d.sync += segment.eq(Mux(last_segment, 0, segment + 1))
+                with m.If(last_segment):
+                    m.d.sync += row.eq(Mux(last_row, 0, row + 1))
+
+        totals = Signal(data.ArrayLayout(signed(ACC_BITS), lanes))
+        if self.max_blocks == 1:
+            previous = sums                     # the bank carries the block from row to row
+        else:
+            m.submodules.partial = partial = Memory(
+                shape=data.ArrayLayout(signed(ACC_BITS), lanes), depth=self.max_blocks, init=[])
+            write = partial.write_port()
+            read = partial.read_port()
+            next_segment = Mux(last_segment, 0, segment + 1)
+            m.d.comb += [
+                read.addr.eq(Mux(accept & segment_end, next_segment, segment)),
+                write.addr.eq(segment),
+                write.data.eq(totals),
+                write.en.eq(accept & segment_end),
             ]
-            with m.If(column == self.in_w - 1):
-                m.d.sync += row.eq(Mux(last_pixel, 0, row + 1))
+            # A segment continues its block's sums from the memory, except with one block: the
+            # segment that ended in the previous cycle wrote the very word the port was reading
+            # (no forwarding), so the port may be a row behind while the bank holds the sums.
+            from_memory = segment_start & (self.blocks != 1)
+            previous = [Mux(from_memory, read.data[lane], sums[lane]) for lane in range(lanes)]
 
         for lane in range(lanes):
             code = self.i_stream.payload[lane]
             value = Mux(self.in_signed, code.as_signed(), code)       # 9-bit signed
-            total = Signal(signed(ACC_BITS), name=f"total_{lane}")
-            m.d.comb += total.eq(Mux(block_start, 0, sums[lane]) + (value - self.in_zp))
+            total = totals[lane]
+            m.d.comb += total.eq(Mux(segment_start & first_row, 0, previous[lane])
+                                 + (value - self.in_zp))
             with m.If(accept):
                 m.d.sync += sums[lane].eq(total)
                 with m.If(last_pixel):

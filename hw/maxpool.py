@@ -16,6 +16,16 @@ The horizontal stage keeps the previous ``kernel − 1`` pixels in registers; th
 keeps the previous ``kernel − 1`` reduced rows in two line buffers (a row shift register: a new
 row goes to ``rows_1`` while ``rows_1``'s old contents move to ``rows_2``).
 
+Channel blocks arrive *row-interleaved* (the order of row-based weight reuse): every input row
+is ``blocks`` segments of ``in_w`` pixels, segment *b* holding channel block *b* — the order
+``(y, b, x)``. The horizontal stage treats every segment as a row of its own (windows never
+cross a segment boundary; each segment has its own padding and ceil-mode windows at both
+edges), so it turns an input row into ``blocks`` segments of ``out_w`` reduced pixels. The
+vertical stage sees one reduced row of ``blocks · out_w`` pixels, in which position
+``b · out_w + o`` is column *o* of block *b* in every row: combining reduced rows position by
+position pools each block on its own and leaves the output in the same interleaved order.
+With ``blocks = 1`` this is plain raster order, one channel block after another.
+
 Codes are compared as order keys: the raw byte with the sign bit inverted for int8, so one
 unsigned comparison serves both types and the key 0 (the lowest code) is the neutral element.
 """
@@ -47,16 +57,24 @@ class MaxPool(wiring.Component):
     lanes : int
         Codes per beat (``HwConfig.lanes``).
     max_width : int
-        Widest input row (pixels). The line buffers hold ``max_width + 2`` reduced pixels (an
-        output row can be two pixels wider than the input: stride 1, padding 2).
+        Widest input segment (pixels of one channel block in a row).
+    max_height : int
+        Tallest input (the ISA's 12-bit size field by default).
+    max_blocks : int
+        Most channel blocks per row (the range of ``blocks``); 1 by default.
+    max_row_pixels : int
+        Depth of each of the two line buffers: the largest interleaved reduced row
+        ``blocks · out_w`` a configuration may use. Default ``max_blocks · (max_width + 2)``,
+        enough for every configuration (an output segment can be two pixels wider than the
+        input: stride 1, padding 2); a smaller value bounds ``blocks · out_w`` instead.
 
     Signature
     ---------
     i_stream : In(stream.Signature(ArrayLayout(8, lanes)))
-        Input pixels, ``in_h`` rows of ``in_w`` in raster order per channel block; channel
-        blocks follow each other without a gap.
+        Input pixels, ``in_h`` rows of ``blocks`` segments of ``in_w`` (order ``(y, b, x)``);
+        the next group's rows follow without a gap.
     o_stream : Out(stream.Signature(ArrayLayout(8, lanes)))
-        Pooled pixels, ``out_h`` rows of ``out_w`` per channel block.
+        Pooled pixels, ``out_h`` rows of ``blocks`` segments of ``out_w``.
     enable : In(1)
         Configuration: 0 bypasses the stage (``o_stream`` is ``i_stream``, combinationally).
     signed : In(1)
@@ -68,30 +86,43 @@ class MaxPool(wiring.Component):
     pad : In(range(3))
         Configuration: padding on every side, below ``kernel``.
     in_h, in_w, out_h, out_w : In(...)
-        Configuration: input and output sizes. An output window lying wholly in the padding
-        (impossible for sizes from :func:`sfnpu.numeric.pool_output_size`) gives the lowest code.
+        Configuration: input and output sizes of one channel block. An output window lying
+        wholly in the padding (impossible for sizes from
+        :func:`sfnpu.numeric.pool_output_size`) gives the lowest code.
+    blocks : In(range(1, max_blocks + 1), init=1)
+        Configuration: channel blocks per row (segments per row); ``blocks · out_w`` must not
+        exceed ``max_row_pixels``. With 1 the input is simply one channel block after another.
 
     Configuration may change only between groups: once every input beat has been accepted
     and every output beat delivered (inputs past the last window are still consumed
     after the last output).
 
     Timing: one input beat per cycle, except where several windows end at the last pixel of a
-    row (padding, ceil mode): each one after the first costs a cycle without input (at most
-    ``pad``), and likewise each output row after the first that ends at the last input row
-    costs a pass of ``out_w`` cycles. Latency from the last pixel of a window to its output:
-    2 cycles. The stalls of ``o_stream`` propagate to ``i_stream`` through two beats of
-    buffering (the reduced pixel and the output register).
+    segment (padding, ceil mode): each one after the first costs a cycle without input (at most
+    ``pad`` per segment), and likewise each output row after the first that ends at the last
+    input row costs a pass of ``blocks · out_w`` cycles. Latency from the last pixel of a
+    window to its output: 2 cycles. The stalls of ``o_stream`` propagate to ``i_stream``
+    through two beats of buffering (the reduced pixel and the output register). The same
+    holds for every ``blocks``: segment boundaries cost nothing.
     """
 
-    def __init__(self, lanes: int, max_width: int, max_height: int = MAX_HEIGHT):
-        if lanes < 1 or max_width < 1 or max_height < 1:
-            raise ValueError(f"lanes, max_width and max_height must be positive "
-                             f"({lanes}, {max_width}, {max_height})")
+    def __init__(self, lanes: int, max_width: int, max_height: int = MAX_HEIGHT,
+                 max_blocks: int = 1, max_row_pixels: int | None = None):
+        if lanes < 1 or max_width < 1 or max_height < 1 or max_blocks < 1:
+            raise ValueError(f"lanes, max_width, max_height and max_blocks must be positive "
+                             f"({lanes}, {max_width}, {max_height}, {max_blocks})")
         self.lanes = lanes
         self.max_width = max_width
         self.max_height = max_height
-        #: Longest output row: stride 1 and padding 2 widen a row by two pixels.
+        self.max_blocks = max_blocks
+        #: Longest output segment: stride 1 and padding 2 widen a row by two pixels.
         self.max_out_width = max_width + 2
+        if max_row_pixels is None:
+            max_row_pixels = max_blocks * self.max_out_width
+        if max_row_pixels < 1:
+            raise ValueError(f"max_row_pixels must be positive ({max_row_pixels})")
+        #: Depth of the line buffers (reduced pixels of an interleaved row).
+        self.max_row_pixels = max_row_pixels
         beat = code_beat(lanes)
         super().__init__({
             "i_stream": In(beat),
@@ -105,6 +136,7 @@ class MaxPool(wiring.Component):
             "in_w": In(range(1, max_width + 1)),
             "out_h": In(range(1, max_height + 3)),
             "out_w": In(range(1, self.max_out_width + 1)),
+            "blocks": In(range(1, max_blocks + 1), init=1),
         })
 
     def elaborate(self, platform):
@@ -143,7 +175,7 @@ class MaxPool(wiring.Component):
                 m.d.comb += result[lane].eq(best)
             return result
 
-        # -- horizontal stage: one row in, one value per output column out --------------------
+        # -- horizontal stage: one segment in, one value per output column out ----------------
         h_position = Signal(range(self.max_width + 1))         # index of the arriving pixel
         h_start = Signal(range(2 * self.max_out_width + 1))    # output column · stride
         h_count = Signal(range(self.max_out_width + 1))        # output columns emitted
@@ -188,7 +220,7 @@ class MaxPool(wiring.Component):
         next_h_position = h_position + h_accept
         next_h_count = h_count + h_emit
         with m.If((next_h_position == self.in_w) & (next_h_count == self.out_w)):
-            m.d.sync += [h_position.eq(0), h_count.eq(0), h_start.eq(0)]       # row done
+            m.d.sync += [h_position.eq(0), h_count.eq(0), h_start.eq(0)]   # segment done
         with m.Else():
             m.d.sync += [h_position.eq(next_h_position), h_count.eq(next_h_count)]
             with m.If(h_emit):
@@ -199,7 +231,9 @@ class MaxPool(wiring.Component):
         v_position = Signal(range(self.max_height + 1))
         v_start = Signal(range(2 * (self.max_height + 2) + 1))
         v_count = Signal(range(self.max_height + 3))
-        column = Signal(range(self.max_out_width))
+        # Position in the interleaved reduced row (the line buffers' address); with several
+        # blocks also the column in the segment and the segment, to find the row's end.
+        column = Signal(range(self.max_row_pixels))
 
         v_first, v_end = window(v_start, self.in_h, "v")
         v_index = as_signed(v_position, "v_index")
@@ -208,12 +242,12 @@ class MaxPool(wiring.Component):
         row_emits = ~v_outputs_done & (v_index >= v_end)
         row_emit_uses_input = row_emits & (v_index == v_end)
 
-        m.submodules.rows_1 = rows_1 = Memory(shape=beat_layout, depth=self.max_out_width,
+        m.submodules.rows_1 = rows_1 = Memory(shape=beat_layout, depth=self.max_row_pixels,
                                               init=[])
-        m.submodules.rows_2 = rows_2 = Memory(shape=beat_layout, depth=self.max_out_width,
+        m.submodules.rows_2 = rows_2 = Memory(shape=beat_layout, depth=self.max_row_pixels,
                                               init=[])
         write_1, write_2 = rows_1.write_port(), rows_2.write_port()
-        # Transparent: with a one-pixel row the next row reads the column being written.
+        # Transparent: with a one-pixel row the next row reads the pixel being written.
         read_1 = rows_1.read_port(transparent_for=(write_1,))
         read_2 = rows_2.read_port(transparent_for=(write_2,))
 
@@ -248,8 +282,20 @@ class MaxPool(wiring.Component):
         with m.Elif(b_done):
             m.d.sync += b_valid.eq(0)
 
-        # End of a row: advance the row-level state, wrapping at the end of a channel block.
-        row_end = take & (column == self.out_w - 1)
+        # End of a row (the last column of the last segment): advance the row-level state,
+        # wrapping at the end of the group.
+        if self.max_blocks == 1:
+            row_end = take & (column == self.out_w - 1)
+        else:
+            segment_column = Signal(range(self.max_out_width))
+            segment = Signal(range(self.max_blocks))
+            segment_end = segment_column == self.out_w - 1
+            last_segment = segment == self.blocks - 1
+            row_end = take & segment_end & last_segment
+            with m.If(take):
+                m.d.sync += segment_column.eq(Mux(segment_end, 0, segment_column + 1))
+                with m.If(segment_end):
+                    m.d.sync += segment.eq(Mux(last_segment, 0, segment + 1))
         next_v_position = v_position + row_takes_input
         next_v_count = v_count + row_emits
         with m.If(take):

@@ -4,6 +4,13 @@ Output row ``2y`` and ``2y+1`` are both input row ``y`` with every pixel doubled
 of a row is emitted straight from the input while the row is written to a one-row line buffer;
 the second copy is replayed from that buffer. The output side is busy every cycle (four output
 beats per input beat), so the input is simply held while a row is replayed.
+
+Row-interleaved channel blocks (row-based weight reuse: every input row is ``blocks`` segments
+of ``W`` pixels, segment *b* holding channel block *b*, order ``(y, b, x)``) need nothing
+special: doubling every pixel of the ``blocks · W``-pixel row turns segment *b* into the ``2W``
+pixels of output segment *b*, and repeating the row gives output rows ``2y`` and ``2y + 1`` —
+exactly the interleaved order of the ``2H × 2W`` output. The controller sets
+``in_w = blocks · W``, so ``max_width`` must cover the widest interleaved row.
 """
 
 from __future__ import annotations
@@ -26,19 +33,21 @@ class Upsample2x(wiring.Component):
     lanes : int
         Codes per beat (``HwConfig.lanes``).
     max_width : int
-        Widest input row (pixels); the line buffer's depth.
+        Widest input row (pixels; ``blocks · W`` for row-interleaved channel blocks); the line
+        buffer's depth.
 
     Signature
     ---------
     i_stream : In(stream.Signature(ArrayLayout(8, lanes)))
-        Input pixels, rows in raster order (any number of rows; one channel block after
-        another).
+        Input pixels, rows in raster order (any number of rows): one channel block after
+        another, or rows of row-interleaved channel blocks (order ``(y, b, x)``).
     o_stream : Out(stream.Signature(ArrayLayout(8, lanes)))
-        Output pixels in raster order: every input row twice, every pixel twice per row.
+        Output pixels in raster order: every input row twice, every pixel twice per row (for
+        interleaved input: ``2H`` rows of ``blocks`` segments of ``2W``).
     enable : In(1)
         Configuration: 0 bypasses the stage (``o_stream`` is ``i_stream``, combinationally).
     in_w : In(range(1, max_width + 1))
-        Configuration: input row width in pixels.
+        Configuration: input row width in pixels (``blocks · W`` for interleaved blocks).
 
     Configuration may change only between groups: once every input beat has been accepted
     and every output beat delivered.

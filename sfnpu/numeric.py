@@ -426,9 +426,12 @@ def qlinear_add_codes(a: np.ndarray, b: np.ndarray, r_a, r_b, fixed, signed: boo
     ra, rb, fixed = np.float32(r_a), np.float32(r_b), np.float32(fixed)
     lo, hi = qrange(signed)
     if max(a.size, b.size) > 1 << 16:
-        # large tensors: evaluate the 256×256 function once and look it up (same values)
-        codes = _codes(signed).astype(np.float32)
-        table = _cvtps_pack(fma_f32(codes[:, None], ra, fma_f32(codes[None, :], rb, fixed)),
+        # Large tensors: evaluate the 256×256 function once and look it up (same values).
+        # Each operand's rows follow its own type: a negative value means int8; without one,
+        # bytes 0..127 read the same either way and bytes ≥ 128 can only be uint8 values.
+        a_codes = _codes(bool((a < 0).any())).astype(np.float32)
+        b_codes = _codes(bool((b < 0).any())).astype(np.float32)
+        table = _cvtps_pack(fma_f32(a_codes[:, None], ra, fma_f32(b_codes[None, :], rb, fixed)),
                             lo, hi)
         return table[a.astype(np.int64) & 0xFF, b.astype(np.int64) & 0xFF]
     t = fma_f32(a.astype(np.float32), ra, fma_f32(b.astype(np.float32), rb, fixed))

@@ -22,7 +22,8 @@ import numpy as np
 from amaranth.hdl import Value
 from amaranth.sim import Simulator
 
-__all__ = ["pack_beats", "unpack_beats", "StreamRun", "run_streams", "beats_of", "tensor_of"]
+__all__ = ["pack_beats", "unpack_beats", "StreamRun", "run_streams", "beats_of", "tensor_of",
+           "interleaved_beats_of", "interleaved_tensor_of"]
 
 
 def pack_beats(codes) -> list[int]:
@@ -50,6 +51,30 @@ def tensor_of(values, c: int, h: int, w: int, lanes: int, signed: bool) -> np.nd
     from sfnpu.layout import unpack_tensor
     raw = unpack_beats(values, lanes).tobytes()
     return unpack_tensor(raw, c, h, w, lanes, signed).astype(np.int32)
+
+
+def interleaved_beats_of(x: np.ndarray, lanes: int) -> list[int]:
+    """A ``(C, H, W)`` feature map as a row-interleaved stream (row-based weight reuse): for
+    each row *y*, for each channel block *b*, the ``W`` pixels of that row of that block —
+    order ``(y, b, x)``; padding channels hold 0."""
+    c, h, w = x.shape
+    blocks = -(-c // lanes)
+    padded = np.zeros((blocks * lanes, h, w), dtype=x.dtype)
+    padded[:c] = x
+    return pack_beats(padded.reshape(blocks, lanes, h, w).transpose(2, 0, 3, 1)
+                      .reshape(-1, lanes))
+
+
+def interleaved_tensor_of(values, c: int, h: int, w: int, lanes: int,
+                          signed: bool) -> np.ndarray:
+    """Output beats in ``(y, b, x)`` order read back as a ``(C, H, W)`` int32 tensor."""
+    blocks = -(-c // lanes)
+    raw = unpack_beats(values, lanes)
+    if len(raw) != h * blocks * w:
+        raise ValueError(f"{len(raw)} beats for {h} rows of {blocks} × {w} pixels")
+    codes = raw.view(np.int8) if signed else raw
+    x = codes.reshape(h, blocks, w, lanes).transpose(1, 3, 0, 2).reshape(-1, h, w)
+    return x[:c].astype(np.int32)
 
 
 def _count(spec) -> int:

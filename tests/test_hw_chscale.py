@@ -6,8 +6,9 @@ that both float32 roundings and the final rounding meet ties (powers of two, odd
 multipliers one or two ulps off a power of two — the ``k.49999997 + y_zp`` double-rounding
 case), onnxruntime's multipliers from random scales, and the edges (zero, subnormal, negative,
 ±infinity, NaN, products at 2³¹ where ``cvtps_epi32`` wraps to INT32_MIN). The stream wrapper
-runs in Amaranth's simulator with random stalls on all three streams. A lane that rounds half
-up must fail.
+runs in Amaranth's simulator with random stalls on all three streams, on channel blocks back to
+back and row-interleaved (order (y, b, x), one scale beat per block per group, groups back to
+back). A lane that rounds half up must fail.
 """
 
 import numpy as np
@@ -16,7 +17,8 @@ import pytest
 from sfnpu.hw.chscale import ChannelScale, ChannelScaleLane
 from sfnpu.numeric import qlinear_mul_codes, qlinear_mul_multiplier, qrange
 from sfnpu.tb.verilator import REPO_ROOT, VectorHarness, simulate_vectors
-from stream_bench import beats_of, run_streams, tensor_of
+from stream_bench import (beats_of, interleaved_beats_of, interleaved_tensor_of, run_streams,
+                          tensor_of)
 
 LATENCY = ChannelScaleLane.LATENCY
 F32 = np.float32
@@ -226,3 +228,83 @@ def test_channel_scale_throughput_and_bypass():
                           reference(x, 3, scale, 0, 1 / 256, 0, False))
     run = run_streams(dut, {"i_stream": beats}, len(beats), config={"enable": 0}, rng=rng)
     assert run.beats == beats and run.extra == 0
+
+
+# -- row-interleaved channel blocks: rows of `blocks` segments, order (y, b, x) -------------------
+
+def scale_group(rng, lanes, c, h, w, a_signed, b_signed, out_signed):
+    """A random group: feature map, scale vector, configuration and expected output."""
+    a_zp, b_zp = int(rng.choice(codes(a_signed))), int(rng.choice(codes(b_signed)))
+    y_zp = int(rng.choice(codes(out_signed)))
+    m = qlinear_mul_multiplier(*np.exp2(rng.uniform(-8, -2, 3)).astype(np.float32))
+    x = rng.choice(codes(a_signed), (c, h, w)).astype(np.int8 if a_signed else np.uint8)
+    scale = rng.choice(codes(b_signed), (c, 1, 1)).astype(np.int8 if b_signed else np.uint8)
+    config = {"enable": 1, "in_h": h, "in_w": w, "blocks": -(-c // lanes),
+              "a_signed": int(a_signed), "a_zp": a_zp, "b_signed": int(b_signed), "b_zp": b_zp,
+              "multiplier": f32_bits(m), "y_zp": y_zp, "out_signed": int(out_signed)}
+    return x, scale, config, reference(x, a_zp, scale, b_zp, m, y_zp, out_signed)
+
+
+@pytest.mark.parametrize("lanes, blocks, h, w, a_signed, b_signed, out_signed, stall", [
+    (8, 3, 5, 7, True, True, True, 0.4),
+    (8, 2, 1, 1, False, False, False, 0.4),     # one pixel per block
+    (4, 4, 3, 1, True, False, True, 0.4),       # one-pixel segments: a new block every beat
+    (4, 3, 1, 6, False, True, False, 0.6),      # one row: every scale used at once
+    (2, 4, 4, 3, True, True, False, 0.3),
+    (2, 2, 7, 5, False, False, True, 0.7),
+    (8, 4, 2, 9, True, False, False, 0.0),
+])
+def test_interleaved_blocks_match_numeric(lanes, blocks, h, w, a_signed, b_signed, out_signed,
+                                          stall):
+    rng = np.random.default_rng(lanes * 1000 + blocks * 100 + h * 10 + w)
+    c = lanes * blocks - int(rng.integers(0, lanes))        # the last block may be partial
+    x, scale, config, expected = scale_group(rng, lanes, c, h, w, a_signed, b_signed,
+                                             out_signed)
+    dut = ChannelScale(lanes, max_height=8, max_width=16, max_blocks=4)
+    beats = interleaved_beats_of(x, lanes)
+    run = run_streams(dut, {"i_stream": beats, "s_stream": beats_of(scale, lanes)}, len(beats),
+                      config=config, rng=rng, stall=stall)
+    got = interleaved_tensor_of(run.beats, c, h, w, lanes, out_signed)
+    assert np.array_equal(got, expected), np.argwhere(got != expected)[:5]
+    assert run.extra == 0
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_interleaved_groups_back_to_back(seed):
+    """Two groups (1..4 blocks on a 4-block instance) in one run: the second group's scale
+    beats are offered early and must not replace the first group's before its last pixel."""
+    rng = np.random.default_rng(900 + seed)
+    lanes = int(rng.choice([2, 4, 8]))
+    blocks = int(rng.integers(1, 5))
+    h, w = (int(v) for v in rng.integers(1, 6, 2))
+    c = lanes * blocks - int(rng.integers(0, lanes))
+    a_signed, b_signed, out_signed = (bool(v) for v in rng.integers(0, 2, 3))
+    x1, scale1, config, expected1 = scale_group(rng, lanes, c, h, w, a_signed, b_signed,
+                                                out_signed)
+    x2 = rng.choice(codes(a_signed), x1.shape).astype(x1.dtype)
+    scale2 = rng.choice(codes(b_signed), scale1.shape).astype(scale1.dtype)
+    expected2 = reference(x2, config["a_zp"], scale2, config["b_zp"],
+                          np.uint32(config["multiplier"]).view(np.float32), config["y_zp"],
+                          out_signed)
+    dut = ChannelScale(lanes, max_height=8, max_width=8, max_blocks=4)
+    beats = interleaved_beats_of(x1, lanes) + interleaved_beats_of(x2, lanes)
+    scales = beats_of(scale1, lanes) + beats_of(scale2, lanes)
+    run = run_streams(dut, {"i_stream": beats, "s_stream": scales}, len(beats), config=config,
+                      rng=rng, stall=float(rng.choice([0.0, 0.3, 0.7])))
+    half = len(beats) // 2
+    for part, expected in ((run.beats[:half], expected1), (run.beats[half:], expected2)):
+        assert np.array_equal(interleaved_tensor_of(part, c, h, w, lanes, out_signed),
+                              expected)
+    assert run.extra == 0
+
+
+def test_interleaved_throughput():
+    """Four blocks: one beat per cycle when both streams are offered from the start."""
+    rng = np.random.default_rng(7)
+    x, scale, config, expected = scale_group(rng, 8, 32, 4, 6, False, True, True)
+    dut = ChannelScale(8, max_height=8, max_width=8, max_blocks=4)
+    beats = interleaved_beats_of(x, 8)
+    run = run_streams(dut, {"i_stream": beats, "s_stream": beats_of(scale, 8)}, len(beats),
+                      config=config, rng=rng, stall=0)
+    assert run.cycles <= len(beats) + LATENCY + 1
+    assert np.array_equal(interleaved_tensor_of(run.beats, 32, 4, 6, 8, True), expected)

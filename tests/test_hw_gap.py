@@ -3,7 +3,8 @@
 Channel blocks of several sizes (1×1 up to 16×16) stream back to back with random valid/ready
 stalls, for int8 and uint8 inputs and outputs; multipliers are onnxruntime's (from the scales),
 exact powers of two (every other sum a rounding tie) and random. Short blocks make the input wait
-for the shared requantiser.
+for the shared requantiser. Row-interleaved blocks (rows of 2–4 segments, order (y, b, x)) use
+the partial-sum memory; two groups back to back check that it restarts.
 """
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 
 from sfnpu.hw.gap import GlobalAvgPool
 from sfnpu.numeric import global_avg_pool_codes, global_avg_pool_multiplier, qrange
-from stream_bench import beats_of, run_streams, tensor_of
+from stream_bench import beats_of, interleaved_beats_of, run_streams, tensor_of
 
 
 def random_map(rng, c, h, w, signed, spread, centre=None):
@@ -159,3 +160,97 @@ def test_many_small_blocks(in_signed, out_signed):
     expected = global_avg_pool_codes(x, x_zp, multiplier, y_zp, out_signed)
     assert np.array_equal(tensor_of(run.beats, c, 1, 1, lanes, out_signed), expected)
     assert np.count_nonzero((expected > y_lo) & (expected < y_hi)) > c // 2
+
+
+# -- row-interleaved channel blocks: rows of `blocks` segments, order (y, b, x) -------------------
+
+def interleaved_group(rng, lanes, c, h, w, in_signed, out_signed, kind, spread=None):
+    """A random group: feature map, zero points, multiplier, configuration and expectation."""
+    lo, hi = qrange(in_signed)
+    x_zp = int(rng.integers(lo, hi + 1))
+    centre = np.clip(x_zp + rng.integers(-40, 41, (c, 1, 1)), lo, hi)
+    spread = int(rng.choice([3, 40, 120])) if spread is None else spread
+    x = random_map(rng, c, h, w, in_signed, spread, centre)
+    y_lo, y_hi = qrange(out_signed)
+    y_zp = int(rng.integers(y_lo + 32, y_hi - 31))
+    multiplier = multiplier_for(kind, rng, h * w)
+    config = {"enable": 1, "in_h": h, "in_w": w, "blocks": -(-c // lanes),
+              "in_signed": int(in_signed), "in_zp": x_zp,
+              "multiplier": int(np.float32(multiplier).view(np.uint32)),
+              "out_signed": int(out_signed), "out_zp": y_zp}
+    return x, config, global_avg_pool_codes(x, x_zp, multiplier, y_zp, out_signed)
+
+
+@pytest.mark.parametrize("lanes, blocks, h, w, in_signed, out_signed, kind", [
+    (8, 3, 7, 7, True, True, "onnxruntime"),
+    (8, 2, 4, 4, False, False, "tie"),
+    (4, 4, 5, 3, True, False, "tie"),
+    (4, 3, 1, 1, False, True, "onnxruntime"),  # one pixel per block: every beat ends a block
+    (4, 2, 3, 1, True, True, "random"),        # one-pixel segments: blocks alternate each beat
+    (2, 4, 2, 9, False, True, "tie"),
+    (2, 2, 9, 2, True, False, "random"),
+    (8, 4, 1, 13, False, False, "onnxruntime"),   # one row: no sums carried between rows
+    (2, 3, 5, 5, True, True, "onnxruntime"),
+])
+def test_interleaved_blocks_match_numeric(lanes, blocks, h, w, in_signed, out_signed, kind):
+    rng = np.random.default_rng(lanes * 1000 + blocks * 100 + h * 10 + w)
+    c = lanes * blocks - int(rng.integers(0, lanes))        # the last block may be partial
+    x, config, expected = interleaved_group(rng, lanes, c, h, w, in_signed, out_signed, kind)
+    dut = GlobalAvgPool(lanes, max_height=16, max_width=16, max_blocks=4)
+    run = run_streams(dut, {"i_stream": interleaved_beats_of(x, lanes)}, blocks, config=config,
+                      rng=rng, stall=0.3)
+    assert np.array_equal(tensor_of(run.beats, c, 1, 1, lanes, out_signed), expected)
+    assert run.extra == 0
+    y_lo, y_hi = qrange(out_signed)
+    assert np.count_nonzero((expected > y_lo) & (expected < y_hi)) >= c // 2
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_interleaved_random_groups(seed):
+    """Random sizes, block counts (1..4 on a 4-block instance), types, multipliers and
+    stalls; two groups back to back, so the second starts from a used partial-sum memory."""
+    rng = np.random.default_rng(700 + seed)
+    lanes = int(rng.choice([2, 4, 8]))
+    blocks = int(rng.integers(1, 5))
+    h, w = (int(v) for v in rng.integers(1, 8, 2))
+    c = lanes * blocks - int(rng.integers(0, lanes))
+    in_signed, out_signed = (bool(v) for v in rng.integers(0, 2, 2))
+    kind = rng.choice(["onnxruntime", "tie", "random"])
+    x1, config, expected1 = interleaved_group(rng, lanes, c, h, w, in_signed, out_signed, kind)
+    # Same configuration (zero points and multiplier), new pixels.
+    lo, hi = qrange(in_signed)
+    x2 = rng.integers(lo, hi + 1, x1.shape).astype(x1.dtype)
+    expected2 = global_avg_pool_codes(x2, config["in_zp"],
+                                      np.uint32(config["multiplier"]).view(np.float32),
+                                      config["out_zp"], out_signed)
+    dut = GlobalAvgPool(lanes, max_height=8, max_width=8, max_blocks=4)
+    beats = interleaved_beats_of(x1, lanes) + interleaved_beats_of(x2, lanes)
+    run = run_streams(dut, {"i_stream": beats}, 2 * blocks, config=config, rng=rng,
+                      stall=float(rng.choice([0.0, 0.3, 0.7])))
+    got = [tensor_of(run.beats[k * blocks:(k + 1) * blocks], c, 1, 1, lanes, out_signed)
+           for k in range(2)]
+    assert np.array_equal(got[0], expected1) and np.array_equal(got[1], expected2)
+    assert run.extra == 0
+
+
+def test_one_block_on_a_multi_block_instance():
+    """``blocks = 1`` on an instance built for four: channel blocks back to back, as before,
+    with one-pixel rows (the bank, not the memory, carries the sums)."""
+    rng = np.random.default_rng(12)
+    x, config, expected = interleaved_group(rng, 4, 16, 5, 1, True, True, "tie")
+    config["blocks"] = 1
+    dut = GlobalAvgPool(4, max_height=8, max_width=8, max_blocks=4)
+    run = run_streams(dut, {"i_stream": beats_of(x, 4)}, 4, config=config, rng=rng)
+    assert np.array_equal(tensor_of(run.beats, 16, 1, 1, 4, True), expected)
+
+
+def test_interleaved_throughput_one_beat_per_cycle():
+    """Three blocks of 4 × 15 pixels (last-row segments of lanes + 7): no input wait."""
+    rng = np.random.default_rng(13)
+    lanes, h, w = 8, 4, 15
+    x, config, expected = interleaved_group(rng, lanes, 24, h, w, True, True, "onnxruntime")
+    dut = GlobalAvgPool(lanes, max_height=8, max_width=16, max_blocks=3)
+    run = run_streams(dut, {"i_stream": interleaved_beats_of(x, lanes)}, 3, config=config,
+                      rng=rng, stall=0)
+    assert np.array_equal(tensor_of(run.beats, 24, 1, 1, lanes, True), expected)
+    assert run.cycles <= 3 * h * w + lanes + 6 + 2

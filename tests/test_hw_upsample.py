@@ -1,7 +1,8 @@
 """Upsample2x (hw/upsample.py) against sfnpu.numeric.upsample_nearest2x, through its streams.
 
 Feature maps of several shapes (1-pixel rows and columns included) and both signednesses stream
-through with random valid/ready stalls; several channel blocks follow each other without a gap.
+through with random valid/ready stalls; several channel blocks follow each other without a gap,
+or are row-interleaved (order (y, b, x): one row of ``blocks · W`` pixels).
 """
 
 import numpy as np
@@ -9,7 +10,8 @@ import pytest
 
 from sfnpu.hw.upsample import Upsample2x
 from sfnpu.numeric import qrange, upsample_nearest2x
-from stream_bench import beats_of, run_streams, tensor_of
+from stream_bench import (beats_of, interleaved_beats_of, interleaved_tensor_of, run_streams,
+                          tensor_of)
 
 
 def random_map(rng, c, h, w, signed):
@@ -85,4 +87,28 @@ def test_random_maps(seed):
                       stall=float(rng.choice([0.0, 0.3, 0.7])))
     assert np.array_equal(tensor_of(run.beats, c, 2 * h, 2 * w, lanes, signed),
                           upsample_nearest2x(x))
+    assert run.extra == 0
+
+
+@pytest.mark.parametrize("lanes, blocks, h, w, signed, stall", [
+    (8, 3, 5, 4, True, 0.3),
+    (4, 2, 3, 7, False, 0.5),
+    (4, 4, 1, 3, True, 0.3),      # one row
+    (2, 3, 4, 1, False, 0.3),     # one-pixel segments
+    (2, 4, 2, 2, True, 0.0),
+    (8, 2, 6, 8, False, 0.7),     # an interleaved row as wide as the line buffer
+])
+def test_interleaved_blocks_are_one_wide_row(lanes, blocks, h, w, signed, stall):
+    """Rows of ``blocks`` segments (order (y, b, x)) with ``in_w = blocks · W``: the output is
+    each channel's 2× upsample, in the same interleaved order."""
+    rng = np.random.default_rng(500 + lanes * 10 + blocks)
+    c = lanes * blocks - int(rng.integers(0, lanes))        # the last block may be partial
+    x = random_map(rng, c, h, w, signed)
+    dut = Upsample2x(lanes, max_width=16)
+    beats = interleaved_beats_of(x, lanes)
+    run = run_streams(dut, {"i_stream": beats}, 4 * len(beats),
+                      config={"enable": 1, "in_w": blocks * w}, rng=rng, stall=stall)
+    got = interleaved_tensor_of(run.beats, c, 2 * h, 2 * w, lanes, signed)
+    expected = upsample_nearest2x(x)
+    assert np.array_equal(got, expected), np.argwhere(got != expected)[:5]
     assert run.extra == 0

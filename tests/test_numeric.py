@@ -977,3 +977,18 @@ def test_requant_table_and_apply_table_conventions():
     per_channel = np.stack([np.arange(256), 255 - np.arange(256)])
     xc = np.array([[0, 255], [0, 255]], np.uint8)
     assert (N.apply_table(xc, per_channel, False) == [[0, 255], [255, 0]]).all()
+
+
+@pytest.mark.parametrize("a_signed, b_signed, out_signed",
+                         [(s, t, u) for s in (0, 1) for t in (0, 1) for u in (0, 1)])
+def test_qlinear_add_large_tensors_keep_operand_types(a_signed, b_signed, out_signed):
+    """Above 2^16 elements qlinear_add_codes uses a 256×256 table; each operand's rows must
+    follow that operand's type, not the output's (int8 −1 and uint8 255 share a byte)."""
+    rng = np.random.default_rng(a_signed * 4 + b_signed * 2 + out_signed)
+    a = rng.integers(*np.array(N.qrange(bool(a_signed))) + [0, 1], 70_000)
+    b = rng.integers(*np.array(N.qrange(bool(b_signed))) + [0, 1], 70_000)
+    ra, rb, fixed = N.qlinear_add_params(0.05, 3, 0.07, 5, 0.1, 1)
+    whole = N.qlinear_add_codes(a, b, ra, rb, fixed, bool(out_signed))
+    pieces = [N.qlinear_add_codes(a[k:k + 50_000], b[k:k + 50_000], ra, rb, fixed,
+                                        bool(out_signed)) for k in (0, 50_000)]
+    np.testing.assert_array_equal(whole, np.concatenate(pieces))

@@ -88,6 +88,46 @@ def wide_net():
     return net, [net.conv(x, 128, 64, 3)]
 
 
+def residual_net():
+    """ResNet basic block: the second convolution's output plus the shortcut (QLinearAdd), then
+    ReLU; a pre-activation BN → ReLU behind the add becomes the next convolution's input
+    tables."""
+    net = Net((16, 6, 7), seed=8, name="residual")
+    y = net.op("Relu", [net.conv("x", 16, 16, 3)])
+    s = net.op("Relu", [net.op("Add", [net.conv(y, 16, 16, 3), "x"])])
+    c = 16
+    bn = net.op("BatchNormalization", [
+        s, net.const(net.rng.uniform(0.5, 2, c)), net.const(net.rng.standard_normal(c)),
+        net.const(net.rng.standard_normal(c) * 0.1), net.const(net.rng.uniform(0.5, 2, c))])
+    return net, [net.conv(net.op("Relu", [bn]), 16, 8, 3, stride=2)]
+
+
+def se_net():
+    """Squeeze-and-excitation: depthwise 3×3 + HardSwish, global average pool, two 1×1
+    convolutions, HardSigmoid, channel scale (QLinearMul), a classifier-style head."""
+    net = Net((24, 5, 6), seed=9, name="se")
+    x = net.op("HardSwish", [net.conv("x", 24, 24, 3, group=24)])
+    g = net.op("GlobalAveragePool", [x])
+    g = net.op("Relu", [net.conv(g, 24, 8, 1, pads=[0, 0, 0, 0])])
+    g = net.op("HardSigmoid", [net.conv(g, 8, 24, 1, pads=[0, 0, 0, 0])])
+    y = net.conv(net.op("Mul", [x, g]), 24, 16, 1, pads=[0, 0, 0, 0])
+    return net, [net.op("GlobalAveragePool", [net.op("HardSwish", [y])])]
+
+
+def pool_up_net():
+    """Max pools 3×3/2 (padding 1) and 2×2/2, a 2× nearest upsample, with several channel
+    blocks per row."""
+    net = Net((8, 9, 10), seed=10, name="poolup")
+    x = net.op("Relu", [net.conv("x", 8, 24, 3)])
+    x = net.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    x = net.op("Relu", [net.conv(x, 24, 16, 1, pads=[0, 0, 0, 0])])
+    u = net.op("Resize", [x, "", net.const(np.array([1, 1, 2, 2], np.float32))],
+               mode="nearest", coordinate_transformation_mode="asymmetric",
+               nearest_mode="floor")
+    y = net.op("MaxPool", [net.conv(u, 16, 16, 3)], kernel_shape=[2, 2], strides=[2, 2])
+    return net, [y]
+
+
 def run_and_compare(harness, blob):
     result = harness.run(blob, max_cycles=2_000_000)
     assert not result.timeout, "no interrupt: the accelerator hung"
@@ -105,6 +145,9 @@ def run_and_compare(harness, blob):
     (concat_net, {ConvKind.NORMAL, ConvKind.NONE}),
     (preact_net, {ConvKind.NORMAL}),
     (wide_net, {ConvKind.NORMAL}),
+    (residual_net, {ConvKind.NORMAL}),
+    (se_net, {ConvKind.NORMAL, ConvKind.DEPTHWISE, ConvKind.NONE}),
+    (pool_up_net, {ConvKind.NORMAL}),
 ])
 def test_image_matches_golden(harness, tmp_path, build, kinds):
     net, outputs = build()
@@ -164,7 +207,8 @@ def tiny_harness():
     (0, {"reserved_w0": 1}, ErrorCode.ILLEGAL_FIELD),
     (2, {"conv": 3}, ErrorCode.ILLEGAL_FIELD),
     (1, {"out_w": 5}, ErrorCode.ILLEGAL_FIELD),
-    (2, {"pool": 1}, ErrorCode.UNSUPPORTED),
+    (2, {"pool": 2}, ErrorCode.UNSUPPORTED),           # AVG: not in this build
+    (2, {"pool": 1}, ErrorCode.ILLEGAL_FIELD),         # MAX with a zero window
     (0, {"reuse": 1}, ErrorCode.UNSUPPORTED),
 ])
 def test_decode_errors(tiny_harness, stack_blob, index, changes, code):
