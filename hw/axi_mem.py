@@ -58,7 +58,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import ClockSignal, Instance, Module, Mux, Signal
 from amaranth.hdl import MemoryData
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFO
@@ -69,7 +69,36 @@ from sfnpu.config import HwConfig
 
 from .axi import Axi4Signature, Burst, Resp
 
-__all__ = ["AxiMemory"]
+__all__ = ["AxiMemory", "SIM_DRAM_MODULE", "SIM_DRAM_VERILOG"]
+
+#: The storage of a DRAM model with a backdoor (simulation only): byte-strobed bus writes and
+#: combinational reads, plus the harness's word port.
+SIM_DRAM_MODULE = "sfnpu_sim_dram"
+SIM_DRAM_VERILOG = """
+module sfnpu_sim_dram #(parameter WORDS = 1, parameter WIDTH = 64) (
+  input clk,
+  input [$clog2(WORDS)-1:0] raddr, output [WIDTH-1:0] rdata,
+  input [$clog2(WORDS)-1:0] waddr, input [WIDTH-1:0] wdata, input [WIDTH/8-1:0] wstrb,
+  input [$clog2(WORDS)-1:0] baddr, input [WIDTH-1:0] bwdata, input bwe,
+  output [WIDTH-1:0] brdata);
+  reg [WIDTH-1:0] mem [0:WORDS-1];
+  integer i;
+  assign rdata = mem[raddr];
+  assign brdata = mem[baddr];
+  always @(posedge clk) begin
+    for (i = 0; i < WIDTH / 8; i = i + 1)
+      if (wstrb[i]) mem[waddr][8 * i +: 8] <= wdata[8 * i +: 8];
+    if (bwe) mem[baddr] <= bwdata;
+  end
+endmodule
+"""
+
+
+class _Port:
+    def __init__(self, words: int, width: int, enables: int, name: str):
+        self.addr = Signal(range(words), name=f"{name}_addr")
+        self.data = Signal(width, name=f"{name}_data")
+        self.en = Signal(enables, name=f"{name}_en")
 
 _TIME_BITS = 32     # cycle stamps; a simulation never runs 2^32 cycles
 
@@ -125,12 +154,15 @@ class AxiMemory(wiring.Component):
         self.addr_width = addr_width
         self.queue_depth = queue_depth
         words = size // self.bus_bytes
-        padded = bytes(init) + bytes(size - len(init))
         B = self.bus_bytes
+        # Only the initialised prefix is listed: the rest is zero, and a long list of zeros
+        # would only make the generated Verilog large.
+        used = -(-len(init) // B)
+        padded = bytes(init) + bytes(used * B - len(init))
         #: The contents (Amaranth-simulator backdoor: ``ctx.get(memory_data[word])``).
         self.memory_data = MemoryData(
             shape=data_width, depth=words,
-            init=[int.from_bytes(padded[i * B:(i + 1) * B], "little") for i in range(words)])
+            init=[int.from_bytes(padded[i * B:(i + 1) * B], "little") for i in range(used)])
         self.backdoor = backdoor
         members = {
             "bus": In(Axi4Signature(addr_width, data_width)),
@@ -196,21 +228,28 @@ class AxiMemory(wiring.Component):
         p, q = self.bytes_per_cycle.numerator, self.bytes_per_cycle.denominator
         cost, cap = B * q, B * q + p - 1
 
-        m.submodules.storage = storage = Memory(self.memory_data)
-        read_port = storage.read_port(domain="comb")
-        write_port = storage.write_port(granularity=8)
-        if self.backdoor:
-            # Word-wide port for a test harness: load an image and read results without bus
-            # cycles (the harness drives it before the start and after the end of a run).
-            backdoor_read = storage.read_port(domain="comb")
-            backdoor_write = storage.write_port()
-            m.d.comb += [
-                backdoor_read.addr.eq(self.backdoor_addr),
-                self.backdoor_rdata.eq(backdoor_read.data),
-                backdoor_write.addr.eq(self.backdoor_addr),
-                backdoor_write.data.eq(self.backdoor_wdata),
-                backdoor_write.en.eq(self.backdoor_we),
-            ]
+        read_port = _Port(words, self.data_width, 1, "read")
+        write_port = _Port(words, self.data_width, B, "write")
+        if not self.backdoor:
+            m.submodules.storage = storage = Memory(self.memory_data)
+            for port, ours in ((storage.read_port(domain="comb"), read_port),
+                               (storage.write_port(granularity=8), write_port)):
+                m.d.comb += port.addr.eq(ours.addr)
+                if ours is read_port:
+                    m.d.comb += ours.data.eq(port.data)
+                else:
+                    m.d.comb += [port.data.eq(ours.data), port.en.eq(ours.en)]
+        else:
+            # A Verilog array (SIM_DRAM_VERILOG) instead of an Amaranth memory: Amaranth writes
+            # every word's initial value, which makes megabytes of Verilog for a DRAM model.
+            # Its word port serves a test harness: load an image and read results without
+            # bus cycles (the harness drives it before the start and after the end of a run).
+            m.submodules.storage = Instance(
+                SIM_DRAM_MODULE, p_WORDS=words, p_WIDTH=self.data_width,
+                i_clk=ClockSignal(), i_raddr=read_port.addr, o_rdata=read_port.data,
+                i_waddr=write_port.addr, i_wdata=write_port.data, i_wstrb=write_port.en,
+                i_baddr=self.backdoor_addr, i_bwdata=self.backdoor_wdata,
+                i_bwe=self.backdoor_we, o_brdata=self.backdoor_rdata)
 
         now = Signal(_TIME_BITS)
         m.d.sync += now.eq(now + 1)

@@ -17,16 +17,19 @@ every run also checks that header against the RTL. A run:
 from __future__ import annotations
 
 import os
+import struct
 import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sfnpu import regmap
+from sfnpu import image, regmap
 from sfnpu.config import HwConfig
 from sfnpu.regmap import ErrorCode
 
 from .verilator import REPO_ROOT, build_verilated, to_verilog
+
+from sfnpu.hw.axi_mem import SIM_DRAM_VERILOG
 
 __all__ = ["SystemHarness", "RunResult", "COUNTERS"]
 
@@ -221,7 +224,7 @@ class RunResult:
 class SystemHarness:
     """The Verilated :class:`~sfnpu.hw.accelerator.SimSystem` of one configuration."""
 
-    def __init__(self, config: HwConfig, build_dir, *, dram_bytes: int = 1 << 18,
+    def __init__(self, config: HwConfig, build_dir, *, dram_bytes: int = 1 << 24,
                  jobs: int = 2):
         from sfnpu.hw.accelerator import SimSystem
         if config.dram_bus_bytes > 8:
@@ -230,7 +233,7 @@ class SystemHarness:
         self.dram_bytes = dram_bytes
         self.build_dir = Path(build_dir)
         name = "sim_system"
-        verilog = to_verilog(SimSystem(config, dram_bytes=dram_bytes), name)
+        verilog = to_verilog(SimSystem(config, dram_bytes=dram_bytes), name) + SIM_DRAM_VERILOG
         counters = "\n".join(_READ_COUNTER.format(name=n) for n in COUNTERS)
         driver = _DRIVER.format(top=name, bus_bytes=config.dram_bus_bytes,
                                 read_counters=counters)
@@ -250,12 +253,18 @@ class SystemHarness:
             raise ValueError(f"an image of {len(blob)} bytes at {base:#x} does not fit the "
                              f"{self.dram_bytes}-byte DRAM model")
         lo, hi = window if window is not None else (0, self.dram_bytes)
+        # The DRAM read back: the image's footprint (its header's image_bytes), in pages.
+        footprint = len(blob)
+        if len(blob) >= image.HEADER.size:
+            at = image.field_offset(image.HEADER_FIELDS, "image_bytes")
+            footprint = max(footprint, struct.unpack_from("<I", blob, at)[0])
+        dump = min(self.dram_bytes, -(-(base + footprint) // 4096) * 4096)
         tag = f"run-{os.getpid()}-{id(blob):x}"
         paths = [self.build_dir / f"{tag}.{ext}" for ext in ("img", "dram", "txt")]
         try:
             paths[0].write_bytes(blob)
             subprocess.run([str(self.executable), *map(str, paths), hex(base), hex(lo), hex(hi),
-                            str(max_cycles), str(self.dram_bytes), str(abort_after)],
+                            str(max_cycles), str(dump), str(abort_after)],
                            check=True, timeout=600)
             dram = paths[1].read_bytes()
             lines = [line.split() for line in paths[2].read_text().splitlines()]
