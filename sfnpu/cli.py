@@ -174,8 +174,8 @@ def cmd_sim(args) -> int:
         stages.append(("golden model vs onnxruntime",
                        f"{identical:.4%} identical over {len(inputs)} inputs, top-1 "
                        f"{agree}/{len(inputs)} ({time.perf_counter() - t1:.1f} s)"))
-    for stage in ("cycle-accurate model", "RTL on Verilator"):
-        stages.append((stage, "not built yet"))
+        rtl_ok = _sim_rtl(config, compiled, blob, golden, stages)
+    stages.append(("cycle-accurate model", "not built yet"))
 
     console.print(program_table(compiled.program.instructions, title=description))
     table = Table(title="pipeline stages")
@@ -188,8 +188,50 @@ def cmd_sim(args) -> int:
     if identical != 1.0:
         console.print("[red]FAIL[/]: the golden model differs from onnxruntime")
         return 1
+    if rtl_ok is False:
+        console.print("[red]FAIL[/]: the RTL differs from the golden model")
+        return 1
     console.print("[green]PASS[/] (every available stage)")
     return 0
+
+
+def _sim_rtl(config, compiled, blob, golden, stages):
+    """Run the last input's image on the RTL and compare the whole DRAM with the golden
+    model's; adds a stage row and a per-group table. None when the config is model-only."""
+    if config.dram_bus_bytes > 8:
+        stages.append(("RTL on Verilator", f"not simulated: {config.name} is a model-only "
+                       "configuration (use CONFIG=tiny or ecp5)"))
+        return None
+    harness = rtl_harness(config)
+    t0 = time.perf_counter()
+    with console.status(f"RTL: running {len(compiled.program.instructions)} groups on "
+                        "Verilator"):
+        result = harness.run(blob, max_cycles=RTL_MAX_CYCLES)
+    seconds = time.perf_counter() - t0
+    if result.timeout or result.error:
+        stages.append(("RTL on Verilator", f"[red]stopped: {result.error_code.name} in group "
+                       f"{result.error_group}{' (timeout)' if result.timeout else ''}[/]"))
+        return False
+    want = bytes(golden.run(blob).dram)
+    differ = int(np.count_nonzero(np.frombuffer(result.dram[:len(want)], np.uint8)
+                                  != np.frombuffer(want, np.uint8)))
+    cycles = result.counters["CYCLES"]
+    ms = cycles / (config.clock_mhz * 1e3)
+    verdict = "DRAM identical to the golden model" if differ == 0 else \
+        f"[red]{differ} DRAM bytes differ from the golden model[/]"
+    stages.append(("RTL on Verilator",
+                   f"{verdict} (all {len(want)} bytes: outputs and every intermediate); "
+                   f"{cycles} cycles = {ms:.2f} ms at {config.clock_mhz:g} MHz; "
+                   f"{result.counters['DRAM_READ_BYTES']} B read, "
+                   f"{result.counters['DRAM_WRITE_BYTES']} B written; simulated in "
+                   f"{seconds:.1f} s ({cycles / seconds / 1e3:.0f} k cycles/s)"))
+    table = Table(title="RTL per group (GROUP_LOG)")
+    for col in ("#", "conv", "reuse", "cycles"):
+        table.add_column(col)
+    for k, (instr, n) in enumerate(zip(compiled.program.instructions, result.group_cycles)):
+        table.add_row(str(k), instr.conv.name.lower(), instr.reuse.name.lower(), str(n))
+    console.print(table)
+    return differ == 0
 
 
 def _calibration(args):
@@ -250,6 +292,42 @@ def _save_outputs(path: str, outputs: dict):
         np.savez(path, **outputs)
 
 
+def rtl_harness(config):
+    """The Verilated accelerator of ``config`` (built once, cached under build/rtl/)."""
+    from .tb.system import SystemHarness
+
+    with console.status(f"RTL: building the Verilated accelerator ({config.name}); cached in "
+                        f"build/rtl/{config.name} after the first build"):
+        return SystemHarness(config, REPO_ROOT / "build" / "rtl" / config.name)
+
+
+def rtl_outputs(config):
+    """An ``accelerator`` callable for :meth:`Compiled.run`: image → outputs, on the RTL."""
+    harness = rtl_harness(config)
+
+    def run(blob: bytes) -> list[np.ndarray]:
+        with console.status("RTL: running the image on Verilator"):
+            result = harness.run(blob, max_cycles=RTL_MAX_CYCLES)
+        _check_rtl_run(result)
+        img = image.unpack(blob, config)
+        img.dram[:] = result.dram[:len(img.dram)]
+        return [img.tensor(image.SectionKind.OUTPUT, s.index, config.lanes)
+                for s in img.layout.of_kind(image.SectionKind.OUTPUT)]
+    return run
+
+
+#: Cycles a run may take before the harness reports a hang.
+RTL_MAX_CYCLES = 200_000_000
+
+
+def _check_rtl_run(result):
+    if result.timeout:
+        raise CliError(f"RTL: no interrupt after {RTL_MAX_CYCLES} cycles")
+    if result.error:
+        raise CliError(f"RTL: the accelerator stopped with {result.error_code.name} in group "
+                       f"{result.error_group} (address {result.error_addr:#x})")
+
+
 def cmd_run(args) -> int:
     import tempfile
 
@@ -269,8 +347,10 @@ def cmd_run(args) -> int:
 
             compiled, _, _ = _compile(args, Path(tmp))
             names = [i.name for i in compiled.imported.host.prologue.graph.input]
-            outputs = compiled.run(_load_inputs(args.input, names),
-                                   GoldenModel(get_config(args.config)).outputs)
+            config = get_config(args.config)
+            backend = (rtl_outputs(config) if args.backend == "rtl"
+                       else GoldenModel(config).outputs)
+            outputs = compiled.run(_load_inputs(args.input, names), backend)
     _save_outputs(args.output, outputs)
     console.print(f"wrote {args.output}: " + ", ".join(f"{k} {v.dtype}{list(v.shape)}"
                                                      for k, v in outputs.items()))
@@ -318,6 +398,17 @@ def cmd_bnff(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from .compiler.reports import ReportError, resolve_studies, run_report
+
+    try:
+        studies = resolve_studies(args.models, args.size)
+    except ReportError as e:
+        raise CliError(str(e)) from None
+    run_report(studies, args.config, Path(args.out), console=console)
+    return 0
+
+
 def cmd_not_built(args) -> int:
     raise CliError(f"`{args.command}` is not built yet in this version of sfnpu")
 
@@ -362,7 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a model on a backend; writes .npy (.npz if several)")
     model_options(r)
     r.add_argument("--input", required=True, help=".npy (one input) or .npz")
-    r.add_argument("--backend", default="golden", choices=["golden", "onnxruntime"])
+    r.add_argument("--backend", default="golden", choices=["golden", "onnxruntime", "rtl"],
+                   help="golden model, onnxruntime on the QDQ model, or the RTL on Verilator")
     r.add_argument("-o", "--output", required=True)
     r.set_defaults(func=cmd_run)
 
@@ -387,6 +479,15 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--size", type=int, default=224, help="input size (default 224)")
     bn.add_argument("--out", default="build/bnff", help="output folder")
     bn.set_defaults(func=cmd_bnff)
+
+    rp = sub.add_parser("report", help="memory optimizer vs the paper: Tables II–IV, VI, "
+                        "Figs. 16–17 (markdown, CSV, PNG)")
+    rp.add_argument("models", nargs="*", metavar="MODEL|BUILDER",
+                    help="builder name, vgg16_conv or ONNX file (default: every paper network)")
+    rp.add_argument("--config", default="kcu1500", choices=list(CONFIGS))
+    rp.add_argument("--size", type=int, help="input size for builders (default: the paper's)")
+    rp.add_argument("--out", default="build/report", help="output folder")
+    rp.set_defaults(func=cmd_report)
 
     for name in ("bitstream", "firmware"):
         sub.add_parser(name, help="not built yet").set_defaults(func=cmd_not_built)
