@@ -4,6 +4,7 @@
 #   make test     the test suite (what CI runs)
 #   make regress  the full regression (superset of make test)
 #   make docs     regenerate docs/ and firmware/include/ (ISA, DRAM image, registers)
+#   make report   memory optimizer vs the paper's tables for every paper network (build/report)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -19,7 +20,7 @@ CONFIG ?= tiny
 SEED   ?= 0
 JOBS   ?= auto
 
-.PHONY: all test sim regress bench verilog bitstream firmware docs clean venv
+.PHONY: all test sim regress bench report verilog bitstream firmware docs clean venv
 
 all: test
 
@@ -44,7 +45,7 @@ sim: $(STAMP)
 docs: $(STAMP)
 	$(RUN) $(PY) -m sfnpu.cli docs
 
-bench verilog bitstream firmware: $(STAMP)
+bench report verilog bitstream firmware: $(STAMP)
 	$(RUN) $(PY) -m sfnpu.cli $@
 
 clean:

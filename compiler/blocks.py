@@ -12,10 +12,15 @@ accepted only when it is closed: its groups read nothing but the block input and
 results, nothing inside it escapes except the add's output, and it contains no other residual
 add.
 
-The *network cut* (Fig. 14) splits an encoder–decoder or FPN network into the part that runs
-from the input down to the smallest scale and the part that runs from there to the outputs; each
-part gets its own cut-point. Networks whose outputs are no larger than their smallest feature
-map (classification, YOLOv2) have no network cut and a single cut-point.
+The *segments* (Fig. 11, 12) split the block order where the feature-map scale turns; each
+segment gets one cut-point. Their number is the number of monotone scale runs along the most
+winding path from the input to an output (channel vectors ignored): one for a classifier or
+YOLOv2, two for an FPN or encoder–decoder (YOLOv3, RetinaNet), three for PANet, 2r + 1 for r
+repeated BiFPN layers. The boundaries follow the paper's *network cut* (Fig. 14), generalised:
+a falling segment runs to the first block that reaches the smallest scale still to come and ends
+before the next larger block; a rising segment runs to the first block at the largest scale
+still to come and ends before the next smaller one. Networks whose outputs are no larger than
+their smallest feature map have a single segment.
 """
 
 from __future__ import annotations
@@ -115,7 +120,7 @@ class Block:
 class Blocks:
     blocks: tuple[Block, ...]
     block_of: tuple[int, ...]    # group index → block index
-    cut: int | None              # network cut: blocks[:cut] reach the smallest scale
+    bounds: tuple[int, ...]      # segment boundaries: the block index where each new one starts
     graph: GroupGraph
 
     def __len__(self) -> int:
@@ -132,19 +137,26 @@ class Blocks:
         return tuple(b for b in self.blocks if b.kind == BlockKind.RESIDUAL)
 
     @property
+    def cut(self) -> int | None:
+        """The network cut (Fig. 14): blocks[:cut] run down to the smallest scale; None when
+        the network has a single segment."""
+        return self.bounds[0] if self.bounds else None
+
+    @property
     def segments(self) -> tuple[int, ...]:
-        """Block counts of the sub-networks that each get one cut-point (Fig. 11, 15)."""
-        n = len(self.blocks)
-        return (n,) if self.cut is None else (self.cut, n - self.cut)
+        """Block counts of the sub-networks that each get one cut-point (Fig. 11, 12, 15)."""
+        edges = (0, *self.bounds, len(self.blocks))
+        return tuple(b - a for a, b in zip(edges, edges[1:]))
 
     def summary(self) -> str:
         kinds = {k: sum(b.kind == k for b in self.blocks) for k in BlockKind}
         se = sum(b.squeeze_excite for b in self.residual)
-        cut = "none (single cut-point)" if self.cut is None else \
-            f"after block {self.cut - 1} ({self.blocks[self.cut - 1].name})"
+        cut = "none (single cut-point)" if not self.bounds else \
+            ", ".join(f"before block {b} ({self.blocks[b].name})" for b in self.bounds)
         return (f"{len(self.blocks)} blocks ({kinds[BlockKind.RESIDUAL]} residual"
                 f"{f', {se} with SE' if se else ''}, {kinds[BlockKind.SINGLE]} single) over "
-                f"{len(self.graph.groups)} groups; network cut: {cut}")
+                f"{len(self.graph.groups)} groups; {len(self.segments)} segment(s), "
+                f"boundaries: {cut}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,23 +245,75 @@ def _make_block(graph: Graph, gg: GroupGraph, kind: BlockKind, members: tuple[in
                  f"{gg.groups[members[0]].name}..{last.name}")
 
 
-def _network_cut(graph: Graph, blocks: Sequence[Block]) -> int | None:
-    """Number of blocks from the input down to the smallest scale, or None without a decoder.
+def _area(block: Block) -> int:
+    return block.scale[0] * block.scale[1]
 
-    The smallest scale is the smallest feature map (channel-vector blocks ignored); the cut
-    falls before the first block after it whose output is larger again. A network has a
-    decoder when one of its outputs is larger than that smallest feature map.
+
+def scale_runs(gg: GroupGraph, blocks: Sequence[Block], block_of: Sequence[int],
+               input_area: int) -> int:
+    """Monotone scale runs along the most winding input-to-output path of the block graph.
+
+    A path starts falling at the input's scale; every reversal (a larger block while falling,
+    a smaller one while rising) starts a new run. Channel-vector blocks are transparent.
     """
-    maps = [(i, b.scale[0] * b.scale[1]) for i, b in enumerate(blocks) if not b.vector]
+    preds: list[set[int]] = [set() for _ in blocks]
+    for b in blocks:
+        for g in b.groups:
+            for t in operands(gg.groups[g]):
+                for w in gg.writers.get(t, ()):
+                    if block_of[w] != b.index:
+                        preds[b.index].add(block_of[w])
+    # state: (falling, last area) → runs; blocks in order of their last group (topological:
+    # a block reads another's exit only after that block's last group).
+    states: list[dict[tuple[bool, int], int]] = [{} for _ in blocks]
+    best = 1
+    for b in sorted(blocks, key=lambda x: x.last):
+        incoming: dict[tuple[bool, int], int] = {}
+        sources = [states[p] for p in preds[b.index]] or [{(True, input_area): 1}]
+        for src in sources:
+            for key, runs in src.items():
+                incoming[key] = max(incoming.get(key, 0), runs)
+        if b.vector:
+            states[b.index] = incoming
+            continue
+        area = _area(b)
+        out: dict[tuple[bool, int], int] = {}
+        for (falling, last), runs in incoming.items():
+            turn = area > last if falling else area < last
+            key = (falling != turn, area)
+            out[key] = max(out.get(key, 0), runs + turn)
+        states[b.index] = out
+        best = max(best, *out.values())
+    return best
+
+
+def _segment_bounds(graph: Graph, gg: GroupGraph, blocks: Sequence[Block],
+                    block_of: Sequence[int]) -> tuple[int, ...]:
+    """Segment boundaries (block indices), see the module documentation."""
+    maps = [(i, _area(b)) for i, b in enumerate(blocks) if not b.vector]
     if not maps:
-        return None
-    smallest = min(s for _, s in maps)
+        return ()
     largest_output = max(graph.tensors[t].shape[1] * graph.tensors[t].shape[2]
                          for t in graph.outputs)
-    if largest_output <= smallest:
-        return None
-    first_min = next(i for i, s in maps if s == smallest)
-    return next((i for i, s in maps if i > first_min and s > smallest), len(blocks))
+    if largest_output <= min(a for _, a in maps):
+        return ()
+    inp = next(iter(graph.inputs))
+    runs = scale_runs(gg, blocks, block_of,
+                      graph.tensors[inp].shape[1] * graph.tensors[inp].shape[2])
+    bounds: list[int] = []
+    start = 0
+    for j in range(runs - 1):
+        falling = j % 2 == 0
+        rest = [(i, a) for i, a in maps if i >= start]
+        target = (min if falling else max)(a for _, a in rest)
+        first = next(i for i, a in rest if a == target)
+        nxt = next((i for i, a in rest
+                    if i > first and (a > target if falling else a < target)), None)
+        if nxt is None:
+            break
+        bounds.append(nxt)
+        start = nxt
+    return tuple(bounds)
 
 
 def detect_blocks(graph: Graph, groups: Sequence[Group]) -> Blocks:
@@ -279,4 +343,4 @@ def detect_blocks(graph: Graph, groups: Sequence[Group]) -> Blocks:
     for b in blocks:
         for m in b.groups:
             block_of[m] = b.index
-    return Blocks(blocks, tuple(block_of), _network_cut(graph, blocks), gg)
+    return Blocks(blocks, tuple(block_of), _segment_bounds(graph, gg, blocks, block_of), gg)

@@ -4,9 +4,10 @@ A cut-point is where the reuse mode switches. Following the paper's relaxation, 
 sub-network whose scale only falls (or only rises) has exactly one cut-point: a classification
 network has one segment (row reuse for blocks ``< L``, frame reuse after), an FPN or
 encoder–decoder network two, split at the network cut of :mod:`.blocks` (block ``i`` is row
-reuse if ``i < L1`` or ``i ≥ N1 + L2``). In general, segment ``j`` is row-then-frame when ``j``
-is even and frame-then-row when odd, and the exhaustive search over all segment cuts costs
-O(Nᵏ) evaluations.
+reuse if ``i < L1`` or ``i ≥ N1 + L2``), PANet three and r repeated BiFPN layers 2r + 1 (the
+segments :mod:`.blocks` finds). In general, segment ``j`` is row-then-frame when ``j`` is even
+and frame-then-row when odd, and the exhaustive search over all segment cuts costs
+∏(nⱼ + 1) = O(Nᵏ) evaluations.
 
 Each candidate is allocated (:mod:`.memory`); it is feasible when every buffer requirement
 (eqs. 1–7) fits the budget — then weights are read exactly once and every feature-map access
@@ -23,6 +24,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from functools import lru_cache, partial
+from math import prod
 from typing import Callable, Iterator, Sequence
 
 from sfnpu import isa, layout
@@ -31,13 +33,13 @@ from sfnpu.isa import ConvKind, Instruction, MemSpace, Reuse
 
 from .blocks import Blocks, detect_blocks
 from .memory import (WEIGHT_BUFFER, AllocationError, Budget, Policy, Requirements, Traffic,
-                     Violation, accesses, allocate, instruction_needs, place, requirements,
-                     traffic)
+                     Violation, accesses, allocate, dense_requirements, instruction_needs, place,
+                     requirements, traffic)
 
 __all__ = [
     "LatencyFn", "roofline_latency", "conv_macs", "Evaluation", "SearchResult",
-    "NoFeasiblePolicy", "cut_policies", "single_cut_policies", "double_cut_policies",
-    "evaluate", "search",
+    "NoFeasiblePolicy", "cut_policies", "count_policies", "single_cut_policies",
+    "double_cut_policies", "evaluate", "search", "Progress",
 ]
 
 #: Cycles one placed instruction takes (its reuse mode and operand locations included).
@@ -93,7 +95,12 @@ def cut_policies(blocks: Blocks, segments: Sequence[int] | None = None) -> Itera
                 (Reuse.FRAME, Reuse.ROW)
             modes += [first] * cut + [second] * (n - cut)
         label = f"L={cuts[0]}" if len(cuts) == 1 else f"L={cuts}"
-        yield Policy(tuple(modes), label)
+        yield Policy(tuple(modes), label, tuple(cuts))
+
+
+def count_policies(blocks: Blocks, segments: Sequence[int] | None = None) -> int:
+    """How many policies :func:`cut_policies` yields: ∏(nⱼ + 1)."""
+    return prod(n + 1 for n in (blocks.segments if segments is None else segments))
 
 
 def single_cut_policies(blocks: Blocks) -> Iterator[Policy]:
@@ -121,6 +128,7 @@ class Evaluation:
     traffic: Traffic | None
     violations: tuple[Violation, ...]
     error: str | None = None          # the allocation itself failed
+    dense: Requirements | None = None  # eqs. 1–6 as the paper writes them (dense bytes)
 
     @property
     def feasible(self) -> bool:
@@ -147,7 +155,8 @@ def evaluate(compiled, blocks: Blocks, policy: Policy, budget: Budget,
     req = requirements(instructions, config, alloc.extents)
     dram = traffic(instructions, config, compiled.groups, compiled.graph)
     cycles = sum(latency(i) for i in instructions)
-    return Evaluation(policy, cycles, req, dram, tuple(budget.violations(req)))
+    return Evaluation(policy, cycles, req, dram, tuple(budget.violations(req)),
+                      dense=dense_requirements(instructions, config))
 
 
 _OBJECTIVES = {
@@ -173,18 +182,29 @@ class NoFeasiblePolicy(ValueError):
     """No candidate policy fits the budget; the message names the blocks and amounts."""
 
 
+#: Called after every evaluated candidate with (done, total).
+Progress = Callable[[int, int], None]
+
+
 def search(compiled, budget: Budget | None = None, latency: LatencyFn | None = None,
            objective: str = "latency", blocks: Blocks | None = None,
-           segments: Sequence[int] | None = None) -> SearchResult:
-    """Exhaustive cut-point search (single cut, double cut at the network cut, or the given
-    ``segments``); raises :class:`NoFeasiblePolicy` naming what does not fit."""
+           segments: Sequence[int] | None = None,
+           progress: Progress | None = None) -> SearchResult:
+    """Exhaustive cut-point search over one cut per segment — single cut, double cut at the
+    network cut, three for PANet, 2r + 1 for BiFPN (the segments of :mod:`.blocks`), or the
+    given ``segments``; raises :class:`NoFeasiblePolicy` naming what does not fit."""
     if objective not in _OBJECTIVES:
         raise ValueError(f"objective {objective!r}: choose one of {', '.join(_OBJECTIVES)}")
     config = compiled.program.config
     budget = Budget.of(config) if budget is None else budget
     blocks = detect_blocks(compiled.graph, compiled.groups) if blocks is None else blocks
-    evaluations = tuple(evaluate(compiled, blocks, p, budget, latency)
-                        for p in cut_policies(blocks, segments))
+    total = count_policies(blocks, segments)
+    evaluations = []
+    for p in cut_policies(blocks, segments):
+        evaluations.append(evaluate(compiled, blocks, p, budget, latency))
+        if progress is not None:
+            progress(len(evaluations), total)
+    evaluations = tuple(evaluations)
     feasible = [e for e in evaluations if e.feasible]
     if not feasible:
         raise NoFeasiblePolicy(_diagnose(compiled, blocks, budget, evaluations))

@@ -48,7 +48,8 @@ from .ir import Graph
 __all__ = [
     "AllocationError", "Policy", "Allocation", "classify", "allocate", "staging",
     "needs_staging", "row_weights", "place", "apply_policy", "check_program", "CheckReport",
-    "Requirements", "requirements", "instruction_needs", "Budget", "Violation",
+    "Requirements", "requirements", "dense_requirements", "instruction_needs", "Budget",
+    "Violation",
     "GroupTraffic", "Traffic", "traffic", "accesses", "bram18k_eq7", "WEIGHT_BUFFER",
     "PSUM_BYTES",
 ]
@@ -87,9 +88,11 @@ def _align(n: int, a: int) -> int:
 
 @dataclass(frozen=True)
 class Policy:
-    """Data reuse policy L: one weight-reuse mode per block."""
+    """Data reuse policy L: one weight-reuse mode per block (``cuts``: the cut-point of each
+    segment, when the policy comes from a cut-point enumeration)."""
     modes: tuple[Reuse, ...]
     label: str = ""
+    cuts: tuple[int, ...] = ()
 
     def group_modes(self, blocks: Blocks) -> tuple[Reuse, ...]:
         if len(self.modes) != len(blocks):
@@ -227,9 +230,22 @@ class Allocation:
                          if loc.space != MemSpace.DRAM)
 
 
+class _StagingConflict(Exception):
+    """Group ``i``'s staging area (buffer ``buf``, ``size`` bytes at offset 0) is taken."""
+
+    def __init__(self, i: int, buf: int, size: int, message: str):
+        super().__init__(message)
+        self.i, self.buf, self.size = i, buf, size
+
+
 class _Allocator:
+    """Greedy placement in group order. A group's staging area is fixed by rule (offset 0 of
+    a buffer the instruction determines), so a tensor placed earlier may sit there: the
+    allocation is then redone with that area reserved from the start (:meth:`allocate`)."""
+
     def __init__(self, graph: Graph, groups: Sequence[Group], program: Program,
-                 blocks: Blocks, modes: Sequence[Reuse], capacity):
+                 blocks: Blocks, modes: Sequence[Reuse], capacity,
+                 reserved: Mapping[tuple[int, int], int] = {}):
         self.graph, self.groups, self.program = graph, groups, program
         self.config = program.config
         self.blocks, self.modes = blocks, tuple(modes)
@@ -238,15 +254,21 @@ class _Allocator:
         self.extent = [0, 0, 0]
         self.loc: dict[str, Location] = {}
         self.align = self.config.lanes
+        self.reserved = dict(reserved)       # (group, buffer) → staging bytes held from start
+        self.used: set[tuple[int, int]] = set()
+        for (i, b), size in self.reserved.items():
+            self.items.append(_Item(b, 0, size, i, i, f"staging of group {i}"))
 
     def size(self, t: str) -> int:
         return layout.tensor_bytes(*self.graph.tensors[t].shape, self.config.lanes)
 
-    def fits(self, buf: int, lo: int, hi: int, t0: int, t1: int) -> bool:
+    def fits(self, buf: int, lo: int, hi: int, t0: int, t1: int, own: str = "") -> bool:
+        """Whether [lo, hi) of ``buf`` is free from group t0 to t1 (``own``: an item that
+        does not count, a group's own reserved staging area)."""
         if self.capacity is not None and hi > self.capacity[buf]:
             return False
         return not any(it.buf == buf and it.lo < hi and lo < it.hi and it.t0 <= t1
-                       and t0 <= it.t1 for it in self.items)
+                       and t0 <= it.t1 and it.what != own for it in self.items)
 
     def first_fit(self, buf: int, size: int, t0: int, t1: int) -> int | None:
         busy = sorted((it.lo, it.hi) for it in self.items
@@ -285,13 +307,25 @@ class _Allocator:
                 self.stage(i, grp, in_bytes)
         off_chip = {t: why for t, why in verdict.items()
                     if why and self.modes[gg.writers[t][-1]] == Reuse.FRAME}
-        return Allocation(self.modes, dict(self.loc), off_chip, tuple(self.extent))
+        # Extents without reserved staging areas the final placement no longer uses.
+        extent = [0, 0, 0]
+        for it in self.items:
+            if it.what.startswith("staging of group ") and (it.t0, it.buf) in self.reserved \
+                    and (it.t0, it.buf) not in self.used:
+                continue
+            extent[it.buf] = max(extent[it.buf], it.hi)
+        return Allocation(self.modes, dict(self.loc), off_chip, tuple(extent))
 
     def stage(self, i: int, grp: Group, in_bytes: int):
         """Reserve the staging area the rule of :func:`staging` gives group ``i``."""
         s = _staging_buffer(self.loc[grp.written], self.location(grp.shortcut))
+        self.used.add((i, s))
+        if (i, s) in self.reserved:
+            self.extent[s] = max(self.extent[s], in_bytes)
+            return
         if not self.fits(s, 0, in_bytes, i, i):
-            raise AllocationError(
+            raise _StagingConflict(
+                i, s, in_bytes,
                 f"group {i} ({grp.name}): staging its DRAM input ({in_bytes} B) at buffer {s} "
                 "offset 0 would overwrite live data or exceed the buffer")
         self.add(_Item(s, 0, in_bytes, i, i, f"staging of group {i}"))
@@ -320,7 +354,7 @@ class _Allocator:
             if off is None:
                 continue
             if stage_bytes and not self.fits(_staging_buffer(isa.buffer(b), sc), 0,
-                                             stage_bytes, i, i):
+                                             stage_bytes, i, i, f"staging of group {i}"):
                 continue
             key = (max(0, off + size - self.extent[b]), off > 0, b == in_buf, b)
             if best is None or key < best[0]:
@@ -344,8 +378,18 @@ def allocate(graph: Graph, groups: Sequence[Group], program: Program, blocks: Bl
     ``capacity``: bytes per buffer (None: unlimited, to measure the requirement).
     """
     modes = policy.group_modes(blocks)
-    return _Allocator(graph, groups, program, blocks, modes,
-                      None if capacity is None else tuple(capacity)).run()
+    capacity = None if capacity is None else tuple(capacity)
+    reserved: dict[tuple[int, int], int] = {}
+    while True:
+        try:
+            return _Allocator(graph, groups, program, blocks, modes, capacity, reserved).run()
+        except _StagingConflict as e:
+            # Redo the placement with this staging area held from the start; each retry adds
+            # a (group, buffer) pair, so there are at most three per staging group.
+            if (e.i, e.buf) in reserved or (capacity is not None
+                                             and e.size > capacity[e.buf]):
+                raise AllocationError(str(e)) from None
+            reserved[(e.i, e.buf)] = e.size
 
 
 def place(program: Program, groups: Sequence[Group], alloc: Allocation) -> list[Instruction]:
@@ -631,6 +675,53 @@ def _extents(instructions: Sequence[Instruction], config: HwConfig) -> tuple[int
     return tuple(ext)
 
 
+def dense_requirements(instructions: Sequence[Instruction], config: HwConfig) -> Requirements:
+    """Eqs. 1–6 and Algorithm 1 as the paper writes them, for comparison with its tables: dense
+    C·H·W feature maps and O·I·kh·kw weights (no lane padding), each buffer sized by the
+    largest tensor it ever holds (Algorithm 1, offsets ignored), partial sums for frame-mode
+    layers only (eq. 4). Buffer assignment, staging and reuse modes are the placed program's."""
+    to = config.to
+    best: dict[str, int] = {}
+    drivers: dict[str, int] = {}
+
+    def at_least(name: str, value: int, i: int):
+        if value > best.get(name, 0):
+            best[name], drivers[name] = value, i
+
+    alg1 = [0, 0, 0]
+    for i, instr in enumerate(instructions):
+        row = instr.reuse == Reuse.ROW
+        if instr.conv != ConvKind.NONE:
+            if row:
+                at_least("weight_buff", _dense_bytes(instr, "weights"), i)          # eq. 1
+            at_least("row_buff", ROW_BUFFER_ROWS * instr.in_w * instr.in_c, i)      # eq. 3
+            if not row:
+                h, w = layout.conv_output_hw(instr)
+                at_least("out_buff", h * w * to * PSUM_BYTES, i)                    # eq. 4
+        if row:
+            at_least("write_buff", instr.out_w * to, i)                              # eq. 5
+            continue
+        if instr.output.space == MemSpace.DRAM:
+            at_least("write_buff", instr.out_w * instr.out_h * to, i)
+        stage = staging(instr, config)
+        in_buf = _buf(stage[0]) if stage else _buf(instr.input)
+        if in_buf is not None:
+            alg1[in_buf] = max(alg1[in_buf], _dense_bytes(instr, "input"))
+        for operand in ("output", "shortcut"):
+            b = _buf(getattr(instr, operand)) if operand == "output" or \
+                instr.eltwise != Eltwise.NONE else None
+            if b is not None:
+                alg1[b] = max(alg1[b], _dense_bytes(instr, operand))
+    alg1[WEIGHT_BUFFER] = max(alg1[WEIGHT_BUFFER], best.get("weight_buff", 0))     # eq. 2
+    for b in range(3):
+        drivers.setdefault(f"buffer {b}", -1)
+    for name in ("weight_buff", "row_buff", "out_buff", "write_buff"):
+        drivers.setdefault(name, -1)
+    return Requirements(tuple(alg1), tuple(alg1), best.get("weight_buff", 0),
+                        best.get("row_buff", 0), best.get("out_buff", 0),
+                        best.get("write_buff", 0), drivers, config.lanes, to)
+
+
 # --------------------------------------------------------------------------------------------
 # Budgets
 # --------------------------------------------------------------------------------------------
@@ -691,11 +782,17 @@ class Budget:
 
 @dataclass(frozen=True)
 class GroupTraffic:
-    """DRAM bytes one group moves, from its instruction's locations (each access once)."""
+    """DRAM bytes one group moves, from its instruction's locations (each access once).
+
+    ``fm_dense``/``weights_dense``: the same accesses counted with dense C·H·W feature maps and
+    unpadded O·I·kh·kw weights (the paper's byte counts), for side-by-side comparison.
+    """
     fm_read: int
     fm_write: int
     weights: int
     params: int
+    fm_dense: int = 0
+    weights_dense: int = 0
 
     @property
     def total(self) -> int:
@@ -715,6 +812,15 @@ class Traffic:
     @property
     def weights(self) -> int:
         return sum(g.weights for g in self.groups)
+
+    @property
+    def fm_dense(self) -> int:
+        """Feature-map bytes of the same accesses, dense C·H·W (no lane padding)."""
+        return sum(g.fm_dense for g in self.groups)
+
+    @property
+    def weights_dense(self) -> int:
+        return sum(g.weights_dense for g in self.groups)
 
     @property
     def params(self) -> int:
@@ -738,15 +844,36 @@ def traffic(instructions: Sequence[Instruction], config: HwConfig,
     eq8 = eq8_dense = 0
     for i, instr in enumerate(instructions):
         got = {"input": 0, "shortcut": 0, "output": 0, "weights": 0, "params": 0}
+        dense = dict.fromkeys(got, 0)
         for acc in accesses(instr, config):
             if acc.space == MemSpace.DRAM:
                 got[acc.operand] += acc.end - acc.start
+                dense[acc.operand] += _dense_bytes(instr, acc.operand)
         per.append(GroupTraffic(got["input"] + got["shortcut"], got["output"],
-                                got["weights"], got["params"]))
+                                got["weights"], got["params"],
+                                dense["input"] + dense["shortcut"] + dense["output"],
+                                dense["weights"]))
         a, d = _eq8_terms(instr, config, None if groups is None else groups[i], graph)
         eq8 += a
         eq8_dense += d
     return Traffic(tuple(per), eq8, eq8_dense)
+
+
+def _dense_bytes(instr: Instruction, operand: str) -> int:
+    """Dense bytes of one operand: C·H·W feature maps, O·I·kh·kw weights (no padding)."""
+    if operand == "input":
+        return instr.in_c * instr.in_h * instr.in_w
+    if operand == "output":
+        return instr.out_c * instr.out_h * instr.out_w
+    if operand == "shortcut":
+        if instr.eltwise == Eltwise.CHANNEL_SCALE:
+            return instr.out_c
+        h, w = layout.conv_output_hw(instr)
+        return instr.out_c * h * w
+    if operand == "weights":
+        shape = layout.weight_shape(instr)
+        return 0 if not shape else shape[0] * shape[1] * shape[2] * shape[3]
+    return 0
 
 
 def _eq8_terms(instr: Instruction, config: HwConfig, grp: Group | None,

@@ -3,7 +3,7 @@ place.
 
 Source: D. T. Nguyen, H. Je, T. N. Nguyen, S. Ryu, K. Lee, H.-J. Lee, "ShortcutFusion: From
 Tensorflow to FPGA-based accelerator with reuse-aware memory allocation for shortcut data"
-(seeds/003), Sec. V-B, Tables II and III (KCU1500, 8-bit, Ti = To = 64).
+(seeds/003), Sec. V, Tables II, III, IV and VI and Fig. 16 (KCU1500, 8-bit, Ti = To = 64).
 The paper writes "MB" without saying whether it means 10⁶ or 2²⁰ bytes; reports show both.
 """
 
@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PaperMinBuffer", "TABLE_II", "PaperVgg", "TABLE_III", "CITATION"]
+__all__ = ["PaperMinBuffer", "TABLE_II", "PaperVgg", "TABLE_III", "CITATION", "PaperPerformance",
+           "TABLE_IV", "TABLE_VI", "PaperFig16", "FIG_16", "TABLE_IV_CITATION",
+           "TABLE_VI_CITATION", "FIG_16_CITATION", "FIG_17_CITATION"]
 
 CITATION = ("Nguyen et al., ShortcutFusion, Sec. V-B, "
             "Table II (minimum buffer size) and Table III (VGG-CONV)")
@@ -53,3 +55,79 @@ TABLE_III: tuple[PaperVgg, ...] = (
     PaperVgg("SmartShuttle", "8-bit", 0.75, 58.1),
     PaperVgg("ShortcutFusion", "8-bit", 0.712, 42.8),
 )
+
+
+# --------------------------------------------------------------------------------------------
+# Tables IV and VI, Fig. 16 (Sec. V-A and V-C)
+# --------------------------------------------------------------------------------------------
+
+TABLE_IV_CITATION = "Nguyen et al., ShortcutFusion, Sec. V-B, Table IV (KCU1500, 200 MHz, 8-bit)"
+TABLE_VI_CITATION = "Nguyen et al., ShortcutFusion, Sec. V-C, Table VI (EfficientNet-B1, KCU1500)"
+FIG_16_CITATION = "Nguyen et al., ShortcutFusion, Sec. V-A and Fig. 16 (YOLOv2 at 416×416)"
+FIG_17_CITATION = "Nguyen et al., ShortcutFusion, Sec. V-A and Fig. 17 (YOLOv3, ResNet152, " \
+    "EfficientNet-B1)"
+
+
+@dataclass(frozen=True)
+class PaperPerformance:
+    """One column of Table IV or Table VI. ``None``: the table has no such entry."""
+    network: str             # our builder name
+    label: str
+    input_size: int
+    gop: float | None        # "CNN size (GOP)"
+    bram18k: int | None
+    latency_ms: float | None
+    gops: float
+    mac_efficiency_pct: float
+    offchip_fm_mb: float     # feature-map DRAM traffic of the chosen policy
+    total_once_mb: float     # "total off-chip memory access if data are accessed exactly once"
+    reduction_pct: float     # "off-chip reduction"
+    source: str
+
+    @property
+    def implied_offchip_mb(self) -> float:
+        """The policy's total DRAM traffic the reduction implies: total_once · (1 − r)."""
+        return self.total_once_mb * (1 - self.reduction_pct / 100)
+
+    @property
+    def implied_weights_mb(self) -> float:
+        """What the reduction leaves for weights once the feature maps are paid; close to the
+        model size when the reduction counts weights, ≤ 0 when the row is inconsistent."""
+        return self.implied_offchip_mb - self.offchip_fm_mb
+
+
+TABLE_IV: tuple[PaperPerformance, ...] = (
+    PaperPerformance("resnet50", "ResNet50", 256, 11.76, 2368, 11.69, 1006, 61.4, 0.19, 59.09,
+                     60.62, "Table IV"),
+    PaperPerformance("resnet152", "ResNet152", 256, 31.16, 2368, 26.78, 1163, 71.0, 0.19, 130.2,
+                     56.7, "Table IV"),
+    PaperPerformance("yolov2", "YOLO v2", 416, 17.18, 2304, 14.73, 1166, 71.2, 0.66, 48.9,
+                     70.31, "Table IV"),
+    PaperPerformance("yolov3", "YOLO v3", 416, 65.86, 3020, 57.57, 1142, 69.7, 90.6, 153.5,
+                     60.34, "Table IV"),
+    PaperPerformance("retinanet", "RetinaNet", 512, 102.2, 3766, 93.16, 1097, 67.0, 136.4,
+                     261.34, 47.81, "Table IV"),
+    PaperPerformance("efficientnet_b1", "EfficientNet-B1", 256, 1.38, 2594, 4.69, 317.1, 19.37,
+                     0.19, 60.7, 84.81, "Table IV"),
+)
+
+TABLE_VI: tuple[PaperPerformance, ...] = (
+    PaperPerformance("efficientnet_b1", "EfficientNet-B1", 256, None, 2594, None, 317.1, 19.37,
+                     0.19, 60.7, 84.81, "Table VI"),
+    PaperPerformance("efficientnet_b1", "EfficientNet-B1", 512, None, 2723, None, 267.4, 16.3,
+                     144, 216, 29.2, "Table VI"),
+    PaperPerformance("efficientnet_b1", "EfficientNet-B1", 768, None, 3845, None, 274.4, 16.75,
+                     344, 475, 27.6, "Table VI"),
+)
+
+
+@dataclass(frozen=True)
+class PaperFig16:
+    """YOLOv2 at 416: fixed row-based reuse (baseline) vs the coarse-grained switching."""
+    min_sram_mb: float = 0.76        # "minimum SRAM required is 0.76 MB"
+    cut_layer: str = "layer 12 (CONV9)"
+    speedup: float = 2.17            # baseline latency / proposed latency (Fig. 16c)
+    buffer_ratio: float = 5.73       # baseline buffer / proposed buffer
+
+
+FIG_16 = PaperFig16()

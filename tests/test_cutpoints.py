@@ -1,19 +1,27 @@
 """Cut-point search: candidate policies (single, double, general), the placeholder latency,
-budgets with no feasible policy, YOLOv3's network cut run end to end, and one Table II row."""
+budgets with no feasible policy, YOLOv3's network cut run end to end, PANet- and BiFPN-shaped
+graphs (3 and 2r + 1 segments) against brute force, and one Table II row."""
 
+import itertools
+import re
+import zlib
+
+import numpy as np
 import pytest
 
 from sfnpu import isa, layout
 from sfnpu.compiler.blocks import detect_blocks
-from sfnpu.compiler.cutpoints import (NoFeasiblePolicy, conv_macs, cut_policies,
-                                      double_cut_policies, roofline_latency, search,
-                                      single_cut_policies)
-from sfnpu.compiler.memory import Budget, allocate, apply_policy, check_program, place
+from sfnpu.compiler.cutpoints import (NoFeasiblePolicy, conv_macs, count_policies,
+                                      cut_policies, double_cut_policies, evaluate,
+                                      roofline_latency, search, single_cut_policies)
+from sfnpu.compiler.memory import Budget, Policy, allocate, apply_policy, check_program, place
 from sfnpu.compiler.memory_report import minimum_sram, study_model
 from sfnpu.compiler.paper_reference import TABLE_II
 from sfnpu.compiler.pipeline import compile_model
+from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
 from sfnpu.isa import MemSpace, Reuse
+from netbuild import Net
 from test_memory import ROOMY, identical_to_onnxruntime, qdq_model
 
 R, F = Reuse.ROW, Reuse.FRAME
@@ -145,6 +153,165 @@ def test_yolov3_double_cut_identical_to_onnxruntime(yolov3):
     assert R in modes and F in modes
     assert any(i.input.space != MemSpace.DRAM for i in program.instructions)
     assert identical_to_onnxruntime(compiled, program, path, 64, ROOMY)
+
+
+# --------------------------------------------------------------------------------------------
+# PANet (3 cut-points) and BiFPN (2r + 1): segments found automatically, search vs brute force
+# --------------------------------------------------------------------------------------------
+
+C = 16
+
+
+def _up2(n, x):
+    return n.op("Resize", [x, "", n.const(np.array([1, 1, 2, 2], np.float32), "s")],
+                mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+
+
+def _fuse(n, x, other, stride=1):
+    """A feature-network node: 3×3 conv of ``x`` plus ``other`` (one conv + add group)."""
+    return n.op("Relu", [n.op("Add", [n.conv(x, C, C, 3, stride=stride), other])])
+
+
+def _backbone(n):
+    """32 → 16 → 8 → 4: C3, C4, C5."""
+    c3 = n.op("Relu", [n.conv("x", 8, C, 3, stride=2)])
+    c4 = n.op("Relu", [n.conv(c3, C, C, 3, stride=2)])
+    return c3, c4, n.op("Relu", [n.conv(c4, C, C, 3, stride=2)])
+
+
+def panet_net():
+    """Backbone down, FPN top-down (up), PANet bottom-up (down again): Fig. 12(b)."""
+    n = Net((8, 32, 32), name="panet")
+    c3, c4, c5 = _backbone(n)
+    p5 = n.op("Relu", [n.conv(c5, C, C, 1)])
+    p4 = _fuse(n, _up2(n, p5), c4)
+    p3 = _fuse(n, _up2(n, p4), c3)
+    n4 = _fuse(n, p3, p4, stride=2)
+    return n, [p3, n4, _fuse(n, n4, p5, stride=2)]
+
+
+def bifpn_net(repeats=2):
+    """Backbone, then ``repeats`` BiFPN layers of a top-down and a bottom-up path: Fig. 12(c)."""
+    n = Net((8, 32, 32), name="bifpn")
+    p3, p4, p5 = _backbone(n)
+    for _ in range(repeats):
+        td4 = _fuse(n, _up2(n, p5), p4)
+        o3 = _fuse(n, _up2(n, td4), p3)
+        o4 = _fuse(n, o3, td4, stride=2)
+        p3, p4, p5 = o3, o4, _fuse(n, o4, p5, stride=2)
+    return n, [p3, p4, p5]
+
+
+@pytest.fixture(scope="module")
+def feature_networks(tmp_path_factory):
+    out = {}
+    for name, build in (("panet", panet_net), ("bifpn", bifpn_net)):
+        n, outputs = build()
+        path = tmp_path_factory.mktemp(name) / f"{name}.qdq.onnx"
+        quantize_model(n.model(outputs), path, CalibrationSource.arrays(n.samples(4)))
+        compiled = compile_model(path, ROOMY)
+        out[name] = compiled, detect_blocks(compiled.graph, compiled.groups)
+    return out
+
+
+def _resize_blocks(compiled, blocks):
+    return [b.index for b in blocks
+            if any(n.op == "resize" for g in b.groups for n in compiled.groups[g].nodes)]
+
+
+def test_panet_has_three_segments(feature_networks):
+    compiled, blocks = feature_networks["panet"]
+    assert len(blocks.segments) == 3 and sum(blocks.segments) == len(blocks)
+    b1, b2 = blocks.bounds
+    # Segment 0 runs down to the smallest scale (C5 and its lateral), segment 1 holds the
+    # top-down upsampling, segment 2 the bottom-up stride-2 path.
+    assert all(b.scale == (4, 4) for b in blocks[b1 - 2:b1])
+    assert all(b1 <= r < b2 for r in _resize_blocks(compiled, blocks))
+    assert [b.scale for b in blocks[b2:]] == [(8, 8), (4, 4)]
+    assert count_policies(blocks) == (b1 + 1) * (b2 - b1 + 1) * (len(blocks) - b2 + 1)
+
+
+def test_bifpn_has_two_r_plus_one_segments(feature_networks):
+    compiled, blocks = feature_networks["bifpn"]
+    assert len(blocks.segments) == 2 * 2 + 1
+    # Each BiFPN layer's two upsamplings sit in its top-down (odd) segment.
+    edges = (0, *blocks.bounds, len(blocks))
+    segment_of = {b: j for j in range(5) for b in range(edges[j], edges[j + 1])}
+    assert [segment_of[r] for r in _resize_blocks(compiled, blocks)] == [1, 1, 3, 3]
+
+
+def _quasi_random_latency(instr) -> float:
+    """A deterministic latency with no structure to exploit, so ties are unlikely."""
+    key = (instr.in_c, instr.in_h, instr.out_h, instr.conv.value, instr.reuse.value,
+           instr.input.space.value, instr.output.space.value)
+    return 1000 + zlib.crc32(repr(key).encode()) % 9973
+
+
+def _in_relaxation(modes, segments) -> bool:
+    """One switch at most per segment: row→frame in even segments, frame→row in odd ones."""
+    start = 0
+    for j, n in enumerate(segments):
+        part = modes[start:start + n]
+        start += n
+        first = Reuse.ROW if j % 2 == 0 else Reuse.FRAME
+        switch = next((k for k, m in enumerate(part) if m != first), n)
+        if any(m == first for m in part[switch:]):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("net", ["panet", "bifpn"])
+def test_search_finds_the_brute_force_optimum(feature_networks, net):
+    compiled, blocks = feature_networks[net]
+    # Tight enough that some candidates do not fit: a 16-channel 16×16 map is 4 KiB, frame
+    # reuse at 16×16 needs 8 KiB of partial sums.
+    budget = Budget((4096,) * 3, 48 * 1024, 4096, 8 * 1024, None)
+    result = search(compiled, budget, latency=_quasi_random_latency, blocks=blocks)
+    key = lambda e: (e.latency, e.sram, e.traffic.total)   # the "latency" objective
+    # Brute force: every one of the 2^N mode vectors, kept if it obeys the relaxation.
+    kept = [m for m in itertools.product((Reuse.ROW, Reuse.FRAME), repeat=len(blocks))
+            if _in_relaxation(m, blocks.segments)]
+    assert {e.policy.modes for e in result.evaluations} == set(kept)
+    assert len(kept) == len(result.evaluations) == count_policies(blocks)
+    brute = [evaluate(compiled, blocks, Policy(m), budget, _quasi_random_latency) for m in kept]
+    feasible = [e for e in brute if e.feasible]
+    assert 0 < len(feasible) < len(brute)
+    assert key(result.best) == min(map(key, feasible))
+    assert result.best.feasible
+
+
+def test_panet_relaxation_against_every_policy(feature_networks):
+    """All 2^10 policies of the PANet graph: the relaxation's optimum is never better than the
+    unrestricted one, and every relaxed policy is one of them with identical numbers."""
+    compiled, blocks = feature_networks["panet"]
+    assert len(blocks) <= 12
+    budget = Budget.unlimited()
+    every = {m: evaluate(compiled, blocks, Policy(m), budget)
+             for m in itertools.product((Reuse.ROW, Reuse.FRAME), repeat=len(blocks))}
+    result = search(compiled, budget, objective="sram", blocks=blocks)
+    assert result.best.sram >= min(e.sram for e in every.values() if e.feasible)
+    for e in result.evaluations:
+        assert (e.sram, e.traffic.total) == (every[e.policy.modes].sram,
+                                            every[e.policy.modes].traffic.total)
+    # Every policy allocates — staging areas a first placement had covered are reserved and
+    # the placement redone — and the checker accepts each one.
+    assert all(e.error is None for e in every.values())
+    for e in result.evaluations:
+        alloc = allocate(compiled.graph, compiled.groups, compiled.program, blocks, e.policy)
+        instrs = place(compiled.program, compiled.groups, alloc)
+        report = check_program(compiled.graph, compiled.groups, instrs, ROOMY)
+        assert report.extents == alloc.extents
+
+
+def test_no_feasible_policy_on_a_feature_network(feature_networks):
+    compiled, blocks = feature_networks["bifpn"]
+    tiny = Budget((2048,) * 3, 48 * 1024, 64 * 1024, 8 * 1024, None)
+    with pytest.raises(NoFeasiblePolicy) as err:
+        search(compiled, tiny, blocks=blocks)
+    msg = str(err.value)
+    assert f"out of {count_policies(blocks)} fits" in msg
+    assert re.search(r"block \d+ \(\S+\) fits in neither mode: row reuse needs buffer 1 \d+ B "
+                     r"> 2048 B \(group \d+ \S+\); frame reuse needs .*\d+ B > 2048 B", msg)
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from sfnpu.sim.golden import GoldenModel
 from sfnpu.tb.system import SystemHarness
 from sfnpu.tb.verilator import REPO_ROOT
 
-BUILD = REPO_ROOT / "build" / "tests" / "system"
+BUILD = REPO_ROOT / "build" / "rtl"          # shared with `sfnpu sim` (one build per config)
 CONFIGS = ("tiny", "ecp5")
 
 

@@ -1,0 +1,163 @@
+"""`sfnpu report`: the files are written and their numbers are the memory functions' numbers
+(ResNet-18 at 64×64 on kcu1500: one quantisation, 11 candidates, a few seconds)."""
+
+import csv
+import math
+
+import onnx
+import pytest
+
+from sfnpu import cli, layout
+from sfnpu.compiler import reports
+from sfnpu.compiler.blocks import detect_blocks
+from sfnpu.compiler.cutpoints import cut_policies, evaluate, search
+from sfnpu.compiler.memory import Budget, allocate, dense_requirements, place
+from sfnpu.compiler.paper_reference import TABLE_IV, TABLE_VI
+from sfnpu.compiler.pipeline import compile_model
+from sfnpu.config import get_config
+from sfnpu.isa import ConvKind, Eltwise, MemSpace, Reuse
+from netbuild import Net
+
+KCU = get_config("kcu1500")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    assert cli.main(["report", "resnet18", "--size", "64", "--out", str(out)]) == 0
+    compiled = compile_model(out / "models" / "resnet18_64.qdq.onnx", KCU)
+    return out, compiled, detect_blocks(compiled.graph, compiled.groups)
+
+
+def read_csv(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_files_are_written(report):
+    out, _, _ = report
+    for name in ("resnet18_64.md", "resnet18_64.csv", "resnet18_64.png", "summary.md",
+                 "table_ii.csv", "table_iv.csv"):
+        assert (out / name).stat().st_size > 0, name
+    assert (out / "resnet18_64.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (out / "resnet18_64.md").read_text()
+    for needed in ("Table II", "## Deviations from the paper", "PLACEHOLDER",
+                   reports.NEEDS_CYCLE_MODEL, "ASSUMPTION", "resnet18_64.png"):
+        assert needed in md, needed
+
+
+def test_sweep_csv_equals_the_memory_functions(report):
+    out, compiled, blocks = report
+    rows = read_csv(out / "resnet18_64.csv")
+    assert tuple(rows[0]) == reports.SWEEP_FIELDS
+    policies = list(cut_policies(blocks))
+    assert [r["policy"] for r in rows] == [p.label for p in policies]
+    budget = Budget.of(KCU)
+    for row, policy in zip(rows, policies):
+        e = evaluate(compiled, blocks, policy, Budget.unlimited())
+        q, t = e.requirements, e.traffic
+        want = {"sram_B": q.sram, "buffer0_B": q.buffers[0], "buffer1_B": q.buffers[1],
+                "buffer2_B": q.buffers[2], "row_buff_B": q.row_buff, "psum_buff_B": q.out_buff,
+                "write_buff_B": q.write_buff, "weight_buff_B": q.weight_buff,
+                "bram18k": q.bram18k, "sram_algorithm1_B": q.sram_algorithm1,
+                "sram_dense_B": e.dense.sram, "dram_fm_B": t.fm, "dram_weights_B": t.weights,
+                "dram_params_B": t.params, "dram_total_B": t.total,
+                "dram_fm_dense_B": t.fm_dense, "dram_weights_dense_B": t.weights_dense,
+                "eq8_fm_dense_B": t.eq8_fm_dense,
+                "latency_placeholder_cycles": round(e.latency),
+                "fits_config": int(not budget.violations(q)),
+                "frame_blocks": policy.frame_blocks}
+        assert {k: int(row[k]) for k in want} == want, policy.label
+        # The dense column is eqs. 1–6 on the placed program.
+        alloc = allocate(compiled.graph, compiled.groups, compiled.program, blocks, policy)
+        placed = place(compiled.program, compiled.groups, alloc)
+        assert int(row["sram_dense_B"]) == dense_requirements(placed, KCU).sram
+
+
+def test_dense_traffic_counts_c_h_w_bytes(report):
+    """All row reuse: every feature map in DRAM (the pooled classifier vector may stay on
+    chip), so the dense bytes are the sum of C·H·W of every DRAM input, output and shortcut —
+    the 3-channel image counted as 3 channels."""
+    out, compiled, blocks = report
+    row = next(r for r in read_csv(out / "resnet18_64.csv") if "all row reuse" in r["note"])
+    policy = next(p for p in cut_policies(blocks) if p.label == row["policy"])
+    alloc = allocate(compiled.graph, compiled.groups, compiled.program, blocks, policy)
+    dense = 0
+    for i in place(compiled.program, compiled.groups, alloc):
+        assert i.reuse == Reuse.ROW
+        if i.input.space == MemSpace.DRAM:
+            dense += i.in_c * i.in_h * i.in_w
+        if i.output.space == MemSpace.DRAM:
+            dense += i.out_c * i.out_h * i.out_w
+        else:
+            assert (i.out_h, i.out_w) == (1, 1)
+        if i.eltwise == Eltwise.ADD:       # before pooling (the last block fuses its GAP)
+            dense += i.out_c * math.prod(layout.conv_output_hw(i))
+    assert int(row["dram_fm_dense_B"]) == dense
+    first = compiled.program.instructions[0]
+    assert first.in_c == 3 and first.conv == ConvKind.NORMAL
+    assert int(row["dram_fm_B"]) - dense >= (64 - 3) * first.in_h * first.in_w
+
+
+def test_summary_tables_equal_the_searches(report):
+    out, compiled, blocks = report
+    (ii,) = read_csv(out / "table_ii.csv")
+    sweep = search(compiled, Budget.unlimited(), objective="sram", blocks=blocks)
+    assert (ii["network"], int(ii["sram_B"]), ii["policy"]) == \
+        ("resnet18_64", sweep.best.sram, sweep.best.policy.label)
+    assert int(ii["sram_dense_B"]) == min(e.dense.sram for e in sweep.feasible)
+    iv = {r["budget"]: r for r in read_csv(out / "table_iv.csv")}
+    assert set(iv) == {"config", "bram"}
+    budgeted = search(compiled, Budget.of(KCU), blocks=blocks)
+    least = min(budgeted.feasible, key=lambda e: (e.traffic.total, e.latency, e.sram))
+    all_row = next(e for e in sweep.evaluations if set(e.policy.modes) == {Reuse.ROW})
+    row = iv["config"]
+    assert (row["policy"], int(row["fm_B"]), int(row["offchip_total_B"]),
+            int(row["total_once_B"])) == (least.policy.label, least.traffic.fm,
+                                          least.traffic.total, all_row.traffic.total)
+    assert float(row["reduction"]) == round(1 - least.traffic.total / all_row.traffic.total, 4)
+    assert row["latency"] == row["gops"] == row["mac_efficiency"] == reports.NEEDS_CYCLE_MODEL
+
+
+def test_onnx_file_on_a_config_nothing_fits(tmp_path):
+    """A model file works too; a budget no policy fits is reported, not raised."""
+    n = Net((8, 32, 32), name="plain")
+    # The middle layer fits neither mode on tiny (64 KiB buffers): 73,728 B of weights in row
+    # reuse, a 128×32×32 output (128 KiB) in frame reuse.
+    y = n.op("Relu", [n.conv(n.op("Relu", [n.conv("x", 8, 64, 3)]), 64, 128, 3)])
+    onnx.save(n.model([n.conv(y, 128, 16, 1)]), str(tmp_path / "plain.onnx"))
+    (result,) = reports.run_report(reports.resolve_studies([str(tmp_path / "plain.onnx")]),
+                                   "tiny", tmp_path / "out")
+    assert result.budgeted is None and "fits the budget of 'tiny'" in result.budget_error
+    md = (tmp_path / "out" / "plain.md").read_text()
+    assert "no policy fits" in md and "fits in neither mode" in md
+    rows = read_csv(tmp_path / "out" / "plain.csv")
+    assert len(rows) == len(result.sweep.evaluations) == 4
+    assert {r["fits_config"] for r in rows} == {"0"}
+
+
+def test_unknown_model_is_a_user_error(tmp_path, capsys):
+    assert cli.main(["report", "no_such_net", "--out", str(tmp_path)]) == 2
+    assert "not a file, a builder" in capsys.readouterr().out
+
+
+def test_studies_resolve_to_the_paper_networks():
+    assert reports.resolve_studies([]) == list(reports.PAPER_STUDIES)
+    assert [s.key for s in reports.resolve_studies(["resnet50"])] == \
+        ["resnet50_224", "resnet50_256"]
+    vgg = reports.resolve_studies(["vgg16_conv"])
+    assert [s.key for s in vgg] == ["vgg16_conv_224"] and vgg[0].table_ii.min_buffer_mb == 0.712
+    (b1,) = reports.resolve_studies(["efficientnet_b1"], size=768)
+    assert b1.table_vi.offchip_fm_mb == 344 and b1.table_iv is None
+    assert reports.resolve_studies(["mobilenet_v2"])[0].input_size == 224
+
+
+def test_paper_rows_flag_their_own_inconsistencies():
+    """Table IV/VI's reduction implies the weights once the feature maps are paid: ≈ the model
+    size for ResNet-50, negative or zero for YOLOv3, RetinaNet and EfficientNet-B1 at 768."""
+    implied = {(p.network, p.input_size, p.source): p.implied_weights_mb
+               for p in (*TABLE_IV, *TABLE_VI)}
+    assert implied[("resnet50", 256, "Table IV")] == pytest.approx(23.08, abs=0.01)
+    assert implied[("yolov3", 416, "Table IV")] < 0
+    assert abs(implied[("retinanet", 512, "Table IV")]) < 0.5
+    assert abs(implied[("efficientnet_b1", 768, "Table VI")]) < 0.5
