@@ -42,13 +42,15 @@ still in flight, so the array's no-back-pressure output never overflows.
 This build implements row reuse with every operand in DRAM; normal and depthwise convolution,
 and conv NONE as a 1×1 depthwise pass with unit weights (multiplier 1.0, the input's zero
 point: codes pass unchanged); the per-channel input tables (input transform, in front of the
-row buffer, their output zero point also padding the convolution); activation NONE/CLAMP/
-TABLE; output-channel offsets that are multiples of ``L``. Valid instructions using anything
-else (frame reuse, on-chip buffer operands, element-wise stages, pooling, upsampling) stop the
-run with ``UNSUPPORTED``. Decode errors: opcode ≠ GROUP → ``ILLEGAL_OPCODE``;
-reserved bits, undefined enum values, zero sizes, kernel/stride out of range, depthwise with
-``in_c ≠ out_c``, output shape ≠ the convolution's → ``ILLEGAL_FIELD``; a layer whose weights,
-rows, parameters or output row exceed the on-chip stores → ``BUFFER_OVERFLOW``.
+row buffer, their output zero point also padding the convolution); the whole post-processing
+chain (activation tables before or after the element-wise stage, ADD and CHANNEL_SCALE with
+the shortcut stream, CLAMP, MAX/AVG/GLOBAL_AVG pooling, 2× upsampling); output-channel offsets
+that are multiples of ``L``. Frame reuse and on-chip buffer operands stop the run with
+``UNSUPPORTED``. Decode errors: opcode ≠ GROUP → ``ILLEGAL_OPCODE``; reserved bits, undefined
+enum values, zero sizes, kernel/stride/pool window out of range, depthwise or conv NONE with
+``in_c ≠ out_c``, an output shape that pooling and upsampling cannot give →
+``ILLEGAL_FIELD``; a layer whose rows, parameters, partial sums, pooled rows or depthwise
+weights exceed the on-chip stores → ``BUFFER_OVERFLOW``.
 
 Stall counters (:class:`~sfnpu.regmap.StallCause`): CONTROL in every running cycle outside
 the compute phase; DRAM_WRITE while ``hold`` is set; DRAM_READ while the row buffer waits for
@@ -72,6 +74,7 @@ from sfnpu.isa import Activation, ActOrder, ConvKind, Eltwise, InputTransform, M
 from sfnpu.regmap import ErrorCode, StallCause
 
 from .act_table import ActivationTable
+from .avgpool import AvgPool
 from .chscale import ChannelScale
 from .eltwise_add import EltwiseAdd
 from .gap import GlobalAvgPool
@@ -702,6 +705,7 @@ class GroupController(wiring.Component):
         # element-wise stage) → ADD or CHANNEL_SCALE with the shortcut stream → activation
         # table (after it) → clamp → max or global-average pool → 2× upsample → padding-lane
         # mask → write buffer. Every stage passes beats (oy, ob, ox) of `out_blocks` blocks.
+        # (Pooling: max, average or global average, one of them enabled.)
         # The type (zero point, signedness) of the codes after each stage, as the golden model
         # tracks it: the post record's entry of each stage that changes it.
         table_first = (instr.act == Activation.TABLE) & (
@@ -726,6 +730,9 @@ class GroupController(wiring.Component):
             ChannelScale(L, max_width=self.psum_words, max_blocks=max_blocks))
         m.submodules.maxpool = maxpool = ResetInserter(restart)(
             MaxPool(L, max_width=self.psum_words, max_blocks=max_blocks,
+                    max_row_pixels=self.pool_row_pixels))
+        m.submodules.avgpool = avgpool = ResetInserter(restart)(
+            AvgPool(L, max_width=self.psum_words, max_blocks=max_blocks,
                     max_row_pixels=self.pool_row_pixels))
         m.submodules.gap = gap = ResetInserter(restart)(
             GlobalAvgPool(L, max_width=self.psum_words, max_blocks=max_blocks))
@@ -757,6 +764,16 @@ class GroupController(wiring.Component):
             maxpool.in_h.eq(conv_h), maxpool.in_w.eq(conv_w),
             maxpool.out_h.eq(pooled_h), maxpool.out_w.eq(pooled_w),
             maxpool.blocks.eq(out_blocks),
+            avgpool.enable.eq(instr.pool == Pool.AVG),
+            avgpool.in_signed.eq(t3_signed), avgpool.x_zp.eq(t3_zp),
+            avgpool.out_signed.eq(stage_signed("pool")), avgpool.y_zp.eq(stage_zp("pool")),
+            avgpool.x_scale.eq(post_word("pool_const", 0)),
+            avgpool.y_scale.eq(post_word("pool_const", 1)),
+            avgpool.kernel.eq(instr.pool_size), avgpool.stride.eq(instr.pool_stride),
+            avgpool.pad.eq(instr.pool_pad), avgpool.count_include_pad.eq(instr.pool_count_pad),
+            avgpool.in_h.eq(conv_h), avgpool.in_w.eq(conv_w),
+            avgpool.out_h.eq(pooled_h), avgpool.out_w.eq(pooled_w),
+            avgpool.blocks.eq(out_blocks),
             gap.enable.eq(instr.pool == Pool.GLOBAL_AVG),
             gap.in_h.eq(conv_h), gap.in_w.eq(conv_w), gap.blocks.eq(out_blocks),
             gap.in_signed.eq(t3_signed), gap.in_zp.eq(t3_zp),
@@ -794,7 +811,8 @@ class GroupController(wiring.Component):
         wiring.connect(m, add.o_stream, scale.i_stream)
         wiring.connect(m, scale.o_stream, act_after.i_stream)
         wiring.connect(m, clamp, maxpool.i_stream)
-        wiring.connect(m, maxpool.o_stream, gap.i_stream)
+        wiring.connect(m, maxpool.o_stream, avgpool.i_stream)
+        wiring.connect(m, avgpool.o_stream, gap.i_stream)
         wiring.connect(m, gap.o_stream, upsample.i_stream)
         chain = upsample.o_stream
 
@@ -1003,7 +1021,7 @@ class GroupController(wiring.Component):
                      | (instr.in_h == 0) | (instr.in_w == 0) | (instr.in_c == 0)
                      | (instr.out_c == 0)
                      | ((instr.conv != ConvKind.NORMAL) & (instr.in_c != instr.out_c)))
-        unsupported = ((instr.reuse != Reuse.ROW) | (instr.pool == Pool.AVG)
+        unsupported = ((instr.reuse != Reuse.ROW)
                        | (instr.input.space != MemSpace.DRAM)
                        | (instr.output.space != MemSpace.DRAM)
                        | (instr.weights.space != MemSpace.DRAM)
@@ -1146,7 +1164,7 @@ class GroupController(wiring.Component):
                 global_pool = (instr.pool == Pool.GLOBAL_AVG) & ((pooled_h != 1)
                                                                  | (pooled_w != 1))
                 odd = instr.upsample & (instr.out_h[0] | instr.out_w[0])
-                window = (instr.pool == Pool.MAX) & (
+                window = ((instr.pool == Pool.MAX) | (instr.pool == Pool.AVG)) & (
                     (instr.pool_size < 2) | (instr.pool_stride == 0) | (instr.pool_stride > 2)
                     | (instr.pool_pad >= instr.pool_size) | (pooled_h == 0) | (pooled_w == 0))
                 with m.If(no_pool | global_pool | odd | window):
@@ -1157,6 +1175,8 @@ class GroupController(wiring.Component):
                             | (out_blocks * Mux(instr.pool == Pool.MAX, pooled_w, 0)
                                > self.pool_row_pixels)
                             | (out_blocks * Mux(instr.upsample, pooled_w, 0)
+                               > self.pool_row_pixels)
+                            | (out_blocks * Mux(instr.pool == Pool.AVG, conv_w, 0)
                                > self.pool_row_pixels)
                             | (has_ct & (in_blocks > self.max_table_channels // L))
                             | (conv_w > self.psum_words)):

@@ -128,6 +128,18 @@ def pool_up_net():
     return net, [y]
 
 
+def avg_pool_net():
+    """Average pools: 3×3 stride 1 with padding not counted, 2×2 stride 2; an ADD whose
+    activation table follows it (HardSwish after the residual add)."""
+    net = Net((16, 7, 8), seed=11, name="avgpool")
+    x = net.op("Relu", [net.conv("x", 16, 16, 3)])
+    x = net.op("AveragePool", [x], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1],
+               count_include_pad=0)
+    y = net.op("HardSwish", [net.op("Add", [net.conv(x, 16, 16, 1, pads=[0, 0, 0, 0]), x])])
+    y = net.op("AveragePool", [net.conv(y, 16, 8, 3)], kernel_shape=[2, 2], strides=[2, 2])
+    return net, [y]
+
+
 def run_and_compare(harness, blob):
     result = harness.run(blob, max_cycles=2_000_000)
     assert not result.timeout, "no interrupt: the accelerator hung"
@@ -148,6 +160,7 @@ def run_and_compare(harness, blob):
     (residual_net, {ConvKind.NORMAL}),
     (se_net, {ConvKind.NORMAL, ConvKind.DEPTHWISE, ConvKind.NONE}),
     (pool_up_net, {ConvKind.NORMAL}),
+    (avg_pool_net, {ConvKind.NORMAL}),
 ])
 def test_image_matches_golden(harness, tmp_path, build, kinds):
     net, outputs = build()
@@ -207,8 +220,9 @@ def tiny_harness():
     (0, {"reserved_w0": 1}, ErrorCode.ILLEGAL_FIELD),
     (2, {"conv": 3}, ErrorCode.ILLEGAL_FIELD),
     (1, {"out_w": 5}, ErrorCode.ILLEGAL_FIELD),
-    (2, {"pool": 2}, ErrorCode.UNSUPPORTED),           # AVG: not in this build
+    (2, {"input.space": 1}, ErrorCode.UNSUPPORTED),    # on-chip buffer: not in this build
     (2, {"pool": 1}, ErrorCode.ILLEGAL_FIELD),         # MAX with a zero window
+    (2, {"pool": 2}, ErrorCode.ILLEGAL_FIELD),         # AVG with a zero window
     (0, {"reuse": 1}, ErrorCode.UNSUPPORTED),
 ])
 def test_decode_errors(tiny_harness, stack_blob, index, changes, code):
