@@ -15,14 +15,16 @@ Run
    *weights* into the weight store (buffer 1 in row reuse, as in the paper), then *compute*.
    The program ends after the group with ``last`` set.
 
-Compute (row-based weight reuse)
---------------------------------
-Four agents run concurrently until the group's last output word is in DRAM:
+Compute
+-------
+Agents run concurrently until the group's last output word is in DRAM or its buffer:
 
-* input reader: DMA reads of the input, one *segment* (one row of one channel block, ``in_w``
-  words) per command in the order ``for y: for cb`` — the row buffer's input order. A command
-  is issued only when the input FIFO has room for its whole segment, so read data never
-  blocks the DMA (which would deadlock against the output path);
+* input reader: the input, one *segment* (one row of one channel block, ``in_w`` words) per
+  DMA command — or per local read when the input is in an on-chip buffer — in the order
+  ``for y: for cb``, the row buffer's input order. A segment is requested only when the input
+  FIFO has room for all of it, so read data never blocks the DMA (which would deadlock
+  against the output path); the shortcut reader works the same way for the residual tensor
+  (ADD) or reads the scale vector once (CHANNEL_SCALE);
 * weight replay: for every output row, the weight sets of all passes (``for ob: for ib``) from
   the weight store into the double weight-block buffer, with the block's weight zero points.
   A normal convolution whose weights exceed the store (buffer 1) streams them instead: one DMA
@@ -45,8 +47,14 @@ point: codes pass unchanged); the per-channel input tables (input transform, in 
 row buffer, their output zero point also padding the convolution); the whole post-processing
 chain (activation tables before or after the element-wise stage, ADD and CHANNEL_SCALE with
 the shortcut stream, CLAMP, MAX/AVG/GLOBAL_AVG pooling, 2× upsampling); output-channel offsets
-that are multiples of ``L``. Frame reuse and on-chip buffer operands stop the run with
-``UNSUPPORTED``. Decode errors: opcode ≠ GROUP → ``ILLEGAL_OPCODE``; reserved bits, undefined
+that are multiples of ``L``; feature-map operands (input, output, shortcut) in DRAM or in one
+of the three on-chip buffers {0, 1, 2} (two read ports and a write port each, word = one pixel
+of one channel block), so the memory optimizer's frame-mode placements run as allocated.
+A FRAME group runs the same row-ordered dataflow as a ROW group: its weights are read once
+when they fit the weight store, and once per output row otherwise — the frame-ordered weight
+streaming of the paper (each weight block once, partial sums over the whole frame) is not
+built yet. Weights or parameters in an on-chip buffer stop the run with ``UNSUPPORTED``.
+Decode errors: opcode ≠ GROUP → ``ILLEGAL_OPCODE``; reserved bits, undefined
 enum values, zero sizes, kernel/stride/pool window out of range, depthwise or conv NONE with
 ``in_c ≠ out_c``, an output shape that pooling and upsampling cannot give →
 ``ILLEGAL_FIELD``; a layer whose rows, parameters, partial sums, pooled rows or depthwise
@@ -69,8 +77,8 @@ from amaranth.lib.wiring import In, Out
 
 from sfnpu import image, isa, layout, regmap
 from sfnpu.config import MAX_KERNEL, ROW_BUFFER_ROWS, HwConfig
-from sfnpu.isa import Activation, ActOrder, ConvKind, Eltwise, InputTransform, MemSpace, Opcode, Pool, \
-    Reuse
+from sfnpu.isa import Activation, ActOrder, ConvKind, Eltwise, InputTransform, MemSpace, Opcode, \
+    Pool
 from sfnpu.regmap import ErrorCode, StallCause
 
 from .act_table import ActivationTable
@@ -163,6 +171,9 @@ class GroupController(wiring.Component):
         self.row_words = config.max_row_bytes // L
         self.psum_words = config.psum_buffer_bytes // (4 * config.to)
         self.write_words = config.write_buffer_bytes // L
+        if len(set(config.buffer_bytes)) != 1:
+            raise ValueError("the controller's on-chip buffers {0, 1, 2} are of one size")
+        self.buffer_words = config.buffer_bytes[0] // L
         super().__init__({
             "control": In(ControlSignature(B)),
             "bus": Out(Axi4Signature(addr_width, config.dram_bus_bits)),
@@ -280,6 +291,44 @@ class GroupController(wiring.Component):
         def stage_signed(stage):
             return post_word("signed", _STAGE[stage])[0]
 
+        # -- the three on-chip buffers {0, 1, 2} (feature maps of frame-mode groups) -----------
+        # Word = one pixel of one channel block. Two read ports (input and shortcut stream) and
+        # one write port (the output) per buffer.
+        buffer_read = [[], []]
+        buffer_write = []
+        for k in range(3):
+            mem = Memory(shape=8 * L, depth=self.buffer_words, init=[])
+            m.submodules[f"buffer_{k}"] = mem
+            for reader in (0, 1):
+                buffer_read[reader].append(mem.read_port())
+            buffer_write.append(mem.write_port())
+        in_local = instr.input.space != MemSpace.DRAM
+        sc_local = instr.shortcut.space != MemSpace.DRAM
+        out_local = instr.output.space != MemSpace.DRAM
+        in_reader_idle = Signal()
+        sc_reader_idle = Signal()
+
+        def local_reader(name, local, space, grant, byte_addr, words, reader):
+            """Streams a granted segment of ``words`` words from the buffer at ``space``, one
+            word per cycle; returns (push, word) for the FIFO behind it."""
+            addr = Signal(range(self.buffer_words + 1), name=f"{name}_local_addr")
+            left = Signal(16, name=f"{name}_local_left")
+            issued = Signal(name=f"{name}_local_issued")
+            idle = in_reader_idle if reader == 0 else sc_reader_idle
+            m.d.comb += idle.eq(left == 0)
+            with m.If(flush | start_compute):
+                m.d.sync += left.eq(0)
+            with m.Elif(local & grant):
+                m.d.sync += [addr.eq(byte_addr >> _log2(L)), left.eq(words)]
+            with m.Elif(left != 0):
+                m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+            m.d.sync += issued.eq((left != 0) & ~flush)
+            for port in buffer_read[reader]:
+                m.d.comb += [port.addr.eq(addr), port.en.eq(1)]
+            data_out = Array(port.data for port in buffer_read[reader])[
+                (space.as_value() - 1)[:2]]
+            return issued, data_out
+
         # -- compute path ---------------------------------------------------------------------
         datapath = ResetInserter(flush)(ConvDatapath(cfg))
         m.submodules.datapath = datapath
@@ -393,8 +442,8 @@ class GroupController(wiring.Component):
             sc_fifo.level + sc_outstanding + conv_w <= self.psum_words))
         with m.If(start_compute):
             m.d.sync += [sc_oy.eq(0), sc_ob.eq(0), sc_done.eq(instr.eltwise == Eltwise.NONE),
-                         sc_addr.eq(base + instr.shortcut.offset),
-                         sc_row_addr.eq(base + instr.shortcut.offset)]
+                         sc_addr.eq(Mux(sc_local, 0, base) + instr.shortcut.offset),
+                         sc_row_addr.eq(Mux(sc_local, 0, base) + instr.shortcut.offset)]
         with m.Elif(grant_shortcut):
             with m.If(~is_add):
                 m.d.sync += sc_done.eq(1)
@@ -417,7 +466,7 @@ class GroupController(wiring.Component):
         grant_write = Signal()
         grant_read = Signal()
         with m.If(compute):
-            with m.If(o_req):
+            with m.If(o_req & ~out_local):
                 m.d.comb += [
                     cmd.valid.eq(1),
                     cmd.payload.address.eq(o_addr),
@@ -433,7 +482,7 @@ class GroupController(wiring.Component):
                     cmd.payload.direction.eq(Direction.READ),
                     grant_weights.eq(cmd.ready),
                 ]
-            with m.Elif(sc_req):
+            with m.Elif(sc_req & ~sc_local):
                 m.d.comb += [
                     cmd.valid.eq(1),
                     cmd.payload.address.eq(sc_addr),
@@ -441,7 +490,7 @@ class GroupController(wiring.Component):
                     cmd.payload.direction.eq(Direction.READ),
                     grant_shortcut.eq(cmd.ready),
                 ]
-            with m.Elif(in_req):
+            with m.Elif(in_req & ~in_local):
                 m.d.comb += [
                     cmd.valid.eq(1),
                     cmd.payload.address.eq(in_seg_addr),
@@ -452,11 +501,17 @@ class GroupController(wiring.Component):
         with m.Else():
             m.d.comb += [cmd.valid.eq(fsm_cmd_valid), cmd.payload.eq(fsm_cmd)]
 
+        # On-chip operands: a segment is granted at once when the local reader is free.
+        with m.If(compute & in_local):
+            m.d.comb += grant_read.eq(in_req & in_reader_idle)
+        with m.If(compute & sc_local):
+            m.d.comb += grant_shortcut.eq(sc_req & sc_reader_idle)
+
         # Input reader: issue segments y-major, cb-minor.
         with m.If(start_compute):
             m.d.sync += [in_y.eq(0), in_cb.eq(0), in_done.eq(0),
-                         in_seg_addr.eq(base + instr.input.offset),
-                         in_row_addr.eq(base + instr.input.offset)]
+                         in_seg_addr.eq(Mux(in_local, 0, base) + instr.input.offset),
+                         in_row_addr.eq(Mux(in_local, 0, base) + instr.input.offset)]
         with m.Elif(grant_read):
             with m.If(in_cb + 1 < in_blocks):
                 m.d.sync += [in_cb.eq(in_cb + 1), in_seg_addr.eq(in_seg_addr + in_plane)]
@@ -479,7 +534,8 @@ class GroupController(wiring.Component):
         m.d.comb += [
             read_tags.w_data.eq(Mux(grant_weights, _TAG_WEIGHTS,
                                     Mux(grant_shortcut, _TAG_SHORTCUT, _TAG_INPUT))),
-            read_tags.w_en.eq(grant_read | grant_weights | grant_shortcut),
+            read_tags.w_en.eq((grant_read & ~in_local) | grant_weights
+                              | (grant_shortcut & ~sc_local)),
             read_tags.r_en.eq(beat_fire & rd.payload.last & compute),
         ]
         tag = read_tags.r_data
@@ -504,9 +560,17 @@ class GroupController(wiring.Component):
             return beat_valid & (part == parts - 1), Cat(word[8 * B:], beat)
 
         push, word = assemble(data_beat & (tag == _TAG_INPUT), L, "input")
-        m.d.comb += [in_push.eq(push), in_fifo.w_data.eq(word), in_fifo.w_en.eq(in_push)]
+        local_push, local_word = local_reader("input", in_local, instr.input.space,
+                                              grant_read, in_seg_addr, instr.in_w, 0)
+        m.d.comb += [in_push.eq(push | local_push),
+                     in_fifo.w_data.eq(Mux(local_push, local_word, word)),
+                     in_fifo.w_en.eq(in_push)]
         push, word = assemble(data_beat & (tag == _TAG_SHORTCUT), L, "shortcut")
-        m.d.comb += [sc_push.eq(push), sc_fifo.w_data.eq(word), sc_fifo.w_en.eq(sc_push)]
+        local_push, local_word = local_reader("shortcut", sc_local, instr.shortcut.space,
+                                              grant_shortcut, sc_addr, sc_words, 1)
+        m.d.comb += [sc_push.eq(push | local_push),
+                     sc_fifo.w_data.eq(Mux(local_push, local_word, word)),
+                     sc_fifo.w_en.eq(sc_push)]
         push, word = assemble(weight_beat, Ti * To, "weights")
         m.d.comb += [ws_push.eq(push), ws_fifo.w_data.eq(word), ws_fifo.w_en.eq(ws_push)]
 
@@ -839,7 +903,7 @@ class GroupController(wiring.Component):
 
         # Output writer: commands per chunk of a (oy, ob) segment.
         with m.If(start_compute):
-            first_out = base + instr.output.offset + out_block0 * out_plane
+            first_out = Mux(out_local, 0, base) + instr.output.offset + out_block0 * out_plane
             m.d.sync += [o_oy.eq(0), o_ob.eq(0), o_left.eq(instr.out_w), o_done.eq(0),
                          o_addr.eq(first_out), o_row_addr.eq(first_out),
                          o_seg_base.eq(first_out)]
@@ -871,15 +935,35 @@ class GroupController(wiring.Component):
             with m.Elif(wd.valid & wd.ready):
                 m.d.sync += w_part.eq(Mux(w_part == beats_per_word - 1, 0, w_part + 1))
         # Only words of commands already issued leave the buffer.
-        m.d.comb += [
-            wd.valid.eq(write_fifo.r_rdy & (o_committed != 0)),
-            write_fifo.r_en.eq(word_sent),
-        ]
+        # Local output (an on-chip buffer): a granted chunk is written word by word.
+        lw_addr = Signal(range(self.buffer_words + 1))
+        lw_left = Signal(range(chunk_words + 1))
+        local_sent = Signal()
+        with m.If(out_local):
+            m.d.comb += [
+                grant_write.eq(o_req & (lw_left == 0)),
+                local_sent.eq(write_fifo.r_rdy & (lw_left != 0)),
+                write_fifo.r_en.eq(local_sent),
+            ]
+        with m.Else():
+            m.d.comb += [
+                wd.valid.eq(write_fifo.r_rdy & (o_committed != 0)),
+                write_fifo.r_en.eq(word_sent),
+            ]
+        with m.If(flush | start_compute):
+            m.d.sync += lw_left.eq(0)
+        with m.Elif(out_local & grant_write):
+            m.d.sync += [lw_addr.eq(o_addr >> _log2(L)), lw_left.eq(o_chunk)]
+        with m.Elif(local_sent):
+            m.d.sync += [lw_addr.eq(lw_addr + 1), lw_left.eq(lw_left - 1)]
+        for k, port in enumerate(buffer_write):
+            m.d.comb += [port.addr.eq(lw_addr), port.data.eq(write_fifo.r_data),
+                         port.en.eq(local_sent & (instr.output.space == MemSpace(k + 1)))]
         with m.If(flush):
             m.d.sync += o_committed.eq(0)
         with m.Else():
             m.d.sync += o_committed.eq(o_committed + Mux(grant_write, o_chunk, 0)
-                                       - Mux(word_sent, 1, 0))
+                                       - Mux(word_sent | local_sent, 1, 0))
 
         compute_done = (o_done & (o_committed == 0) & ~dma.write_busy & ~dp.busy
                         & ~write_fifo.r_rdy)
@@ -1021,10 +1105,7 @@ class GroupController(wiring.Component):
                      | (instr.in_h == 0) | (instr.in_w == 0) | (instr.in_c == 0)
                      | (instr.out_c == 0)
                      | ((instr.conv != ConvKind.NORMAL) & (instr.in_c != instr.out_c)))
-        unsupported = ((instr.reuse != Reuse.ROW)
-                       | (instr.input.space != MemSpace.DRAM)
-                       | (instr.output.space != MemSpace.DRAM)
-                       | (instr.weights.space != MemSpace.DRAM)
+        unsupported = ((instr.weights.space != MemSpace.DRAM)
                        | (instr.params.space != MemSpace.DRAM)
                        | (instr.out_c_offset[:_log2(L)] != 0))
         padded_h = instr.in_h + instr.pad_top + instr.pad_bottom
@@ -1189,8 +1270,14 @@ class GroupController(wiring.Component):
                 with m.If(div_bit == 0):
                     m.d.sync += [weight_len.eq(weight_steps << _log2(Ti * To)),
                                  streaming.eq(weight_steps > self.weight_words)]
+                    size = self.buffer_words << _log2(L)
+                    in_end = instr.input.offset + in_blocks * in_plane
+                    out_end = instr.output.offset + (out_block0 + out_blocks) * out_plane
+                    sc_end = instr.shortcut.offset + out_blocks * Mux(is_add, sc_plane, L)
                     with m.If((kh > places * ROW_BUFFER_ROWS)
-                              | ((weight_steps > self.weight_words) & depthwise)):
+                              | ((weight_steps > self.weight_words) & depthwise)
+                              | (in_local & (in_end > size)) | (out_local & (out_end > size))
+                              | (sc_local & (instr.eltwise != Eltwise.NONE) & (sc_end > size))):
                         fail(ErrorCode.BUFFER_OVERFLOW)
                     with m.Else():
                         m.next = "PARAM_CMD"

@@ -17,7 +17,9 @@ from sfnpu import image, isa, layout
 from sfnpu.compiler.pipeline import compile_model
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
-from sfnpu.isa import Activation, ConvKind
+from sfnpu.compiler.blocks import detect_blocks
+from sfnpu.compiler.memory import Policy, apply_policy
+from sfnpu.isa import Activation, ConvKind, MemSpace, Reuse
 from sfnpu.regmap import ErrorCode
 from sfnpu.sim.golden import GoldenModel
 from sfnpu.tb.system import SystemHarness
@@ -177,6 +179,23 @@ def test_image_matches_golden(harness, tmp_path, build, kinds):
         for a in layout.accesses(i, harness.config) if a.write)
 
 
+@pytest.mark.parametrize("build", [residual_net, se_net, conv_stack])
+def test_frame_reuse_with_on_chip_buffers(harness, tmp_path, build):
+    """The memory optimizer's all-frame policy: intermediate feature maps, residual operands and
+    SE vectors live in the on-chip buffers {0, 1, 2}; the whole DRAM still matches."""
+    net, outputs = build()
+    compiled, _ = compiled_image(tmp_path, net, outputs, harness.config)
+    blocks = detect_blocks(compiled.graph, compiled.groups)
+    program = apply_policy(compiled, Policy.uniform(blocks, Reuse.FRAME), blocks)
+    spaces = {loc.space for i in program.instructions
+              for loc in (i.input, i.output, i.shortcut)}
+    assert spaces - {MemSpace.DRAM}, "the policy put nothing on chip"
+    assert all(i.reuse == Reuse.FRAME for i in program.instructions)
+    blob = program.pack(compiled.quantise_inputs({"x": net.samples(1)}))
+    result = run_and_compare(harness, blob)
+    assert len(result.group_cycles) == len(program.instructions)
+
+
 def test_activation_tables_are_used(tmp_path):
     net, outputs = table_net()
     compiled, _ = compiled_image(tmp_path, net, outputs, get_config("tiny"))
@@ -220,10 +239,11 @@ def tiny_harness():
     (0, {"reserved_w0": 1}, ErrorCode.ILLEGAL_FIELD),
     (2, {"conv": 3}, ErrorCode.ILLEGAL_FIELD),
     (1, {"out_w": 5}, ErrorCode.ILLEGAL_FIELD),
-    (2, {"input.space": 1}, ErrorCode.UNSUPPORTED),    # on-chip buffer: not in this build
+    (2, {"weights.space": 1}, ErrorCode.UNSUPPORTED),  # weights from a buffer: not built
     (2, {"pool": 1}, ErrorCode.ILLEGAL_FIELD),         # MAX with a zero window
     (2, {"pool": 2}, ErrorCode.ILLEGAL_FIELD),         # AVG with a zero window
-    (0, {"reuse": 1}, ErrorCode.UNSUPPORTED),
+    (2, {"out_c_offset": 4}, ErrorCode.UNSUPPORTED),   # concat offset inside a word
+    (1, {"input.offset": 1 << 16, "input.space": 1}, ErrorCode.BUFFER_OVERFLOW),
 ])
 def test_decode_errors(tiny_harness, stack_blob, index, changes, code):
     blob = patch_instruction(stack_blob, tiny_harness.config, index, **changes)
