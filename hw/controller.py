@@ -50,10 +50,14 @@ the shortcut stream, CLAMP, MAX/AVG/GLOBAL_AVG pooling, 2× upsampling); output-
 that are multiples of ``L``; feature-map operands (input, output, shortcut) in DRAM or in one
 of the three on-chip buffers {0, 1, 2} (two read ports and a write port each, word = one pixel
 of one channel block), so the memory optimizer's frame-mode placements run as allocated.
-A FRAME group runs the same row-ordered dataflow as a ROW group: its weights are read once
-when they fit the weight store, and once per output row otherwise — the frame-ordered weight
-streaming of the paper (each weight block once, partial sums over the whole frame) is not
-built yet. Weights or parameters in an on-chip buffer stop the run with ``UNSUPPORTED``.
+Weight reuse. ROW: the layer's weights are preloaded into the weight store (the paper's
+buffer 1), or, when they do not fit, streamed from DRAM once per output row. FRAME: every
+weight crosses the bus once — the output-channel blocks are taken in chunks whose weights fit
+the store, and each chunk runs over the whole frame (input re-read per chunk, from the
+on-chip buffer where the memory optimizer put it). The paper's finer schedule (one weight
+block at a time, double-buffered, with frame-wide partial sums) is not built: chunks of whole
+output blocks need no frame-sized partial-sum buffer. Weights or parameters in an on-chip
+buffer stop the run with ``UNSUPPORTED``.
 Decode errors: opcode ≠ GROUP → ``ILLEGAL_OPCODE``; reserved bits, undefined
 enum values, zero sizes, kernel/stride/pool window out of range, depthwise or conv NONE with
 ``in_c ≠ out_c``, an output shape that pooling and upsampling cannot give →
@@ -78,7 +82,7 @@ from amaranth.lib.wiring import In, Out
 from sfnpu import image, isa, layout, regmap
 from sfnpu.config import MAX_KERNEL, ROW_BUFFER_ROWS, HwConfig
 from sfnpu.isa import Activation, ActOrder, ConvKind, Eltwise, InputTransform, MemSpace, Opcode, \
-    Pool
+    Pool, Reuse
 from sfnpu.regmap import ErrorCode, StallCause
 
 from .act_table import ActivationTable
@@ -257,6 +261,10 @@ class GroupController(wiring.Component):
         out_block0 = Signal(16)
         identity = Signal()             # conv NONE
         streaming = Signal()            # weights streamed from DRAM for every output row
+        ob_base = Signal(16)            # output-channel blocks of the current weight chunk
+        ob_count = Signal(16)
+        chunk_obs = Signal(16)          # blocks whose weights fit the store together
+        chunk_steps = Signal(32)        # weight steps of chunk_obs + 1 blocks (search)
         has_ct = Signal()               # input transform: per-channel tables
         ct_off = Signal(24)
         param_cp = Signal(17)           # channels of the bias/multiplier/zero-point sections
@@ -437,17 +445,18 @@ class GroupController(wiring.Component):
         sc_outstanding = Signal(range(2 * self.psum_words + 1))
         sc_plane = Signal(32)
         is_add = instr.eltwise == Eltwise.ADD
-        sc_words = Mux(is_add, conv_w, out_blocks)
+        sc_first = (Mux(sc_local, 0, base) + instr.shortcut.offset
+                    + Mux(is_add, ob_base * sc_plane, ob_base << _log2(L)))
+        sc_words = Mux(is_add, conv_w, ob_count)
         sc_req = compute & ~sc_done & (~is_add | (
             sc_fifo.level + sc_outstanding + conv_w <= self.psum_words))
         with m.If(start_compute):
             m.d.sync += [sc_oy.eq(0), sc_ob.eq(0), sc_done.eq(instr.eltwise == Eltwise.NONE),
-                         sc_addr.eq(Mux(sc_local, 0, base) + instr.shortcut.offset),
-                         sc_row_addr.eq(Mux(sc_local, 0, base) + instr.shortcut.offset)]
+                         sc_addr.eq(sc_first), sc_row_addr.eq(sc_first)]
         with m.Elif(grant_shortcut):
             with m.If(~is_add):
                 m.d.sync += sc_done.eq(1)
-            with m.Elif(sc_ob + 1 < out_blocks):
+            with m.Elif(sc_ob + 1 < ob_count):
                 m.d.sync += [sc_ob.eq(sc_ob + 1), sc_addr.eq(sc_addr + sc_plane)]
             with m.Else():
                 row = sc_row_addr + (conv_w << _log2(L))
@@ -612,7 +621,7 @@ class GroupController(wiring.Component):
             prm.in_h.eq(instr.in_h), prm.in_w.eq(instr.in_w),
             prm.out_h.eq(conv_h), prm.out_w.eq(conv_w),
             prm.blocks.eq(in_blocks),
-            prm.repeats.eq(Mux(depthwise, 1, out_blocks)),
+            prm.repeats.eq(Mux(depthwise, 1, ob_count)),
             prm.row_words.eq(row_words),
             prm.places.eq(places),
             prm.zero_point.eq(x_zp[:8]),
@@ -637,7 +646,7 @@ class GroupController(wiring.Component):
         m.d.comb += [
             weight_r.addr.eq(w_addr),
             weight_r.en.eq(w_advance),
-            wzp_r.addr.eq(w_ob),
+            wzp_r.addr.eq(ob_base + w_ob),
             wzp_r.en.eq(w_advance),
         ]
         with m.If(streaming):
@@ -671,7 +680,7 @@ class GroupController(wiring.Component):
                         m.d.sync += w_ib.eq(w_ib + 1)
                     with m.Else():
                         m.d.sync += w_ib.eq(0)
-                        with m.If(w_ob + 1 < out_blocks):
+                        with m.If(w_ob + 1 < ob_count):
                             m.d.sync += w_ob.eq(w_ob + 1)
                         with m.Else():
                             m.d.sync += [w_ob.eq(0), w_addr.eq(0), w_row.eq(w_row + 1)]
@@ -696,8 +705,8 @@ class GroupController(wiring.Component):
         a_acc = Signal(32 * To)
         m.d.comb += [
             psum_r.addr.eq(r_ox), psum_r.en.eq(1),
-            bias_r.addr.eq(r_ob), bias_r.en.eq(1),
-            mult_r.addr.eq(r_ob), mult_r.en.eq(1),
+            bias_r.addr.eq(ob_base + r_ob), bias_r.en.eq(1),
+            mult_r.addr.eq(ob_base + r_ob), mult_r.en.eq(1),
         ]
         m.d.sync += [
             a_valid.eq(acc_in.valid & ~flush),
@@ -717,7 +726,7 @@ class GroupController(wiring.Component):
                     m.d.sync += r_ib.eq(r_ib + 1)
                 with m.Else():
                     m.d.sync += r_ib.eq(0)
-                    with m.If(r_ob + 1 < out_blocks):
+                    with m.If(r_ob + 1 < ob_count):
                         m.d.sync += r_ob.eq(r_ob + 1)
                     with m.Else():
                         m.d.sync += r_ob.eq(0)
@@ -816,7 +825,7 @@ class GroupController(wiring.Component):
             add.fixed.eq(post_word("eltwise_const", 2)),
             add.out_signed.eq(stage_signed("eltwise")),
             scale.enable.eq(instr.eltwise == Eltwise.CHANNEL_SCALE),
-            scale.in_h.eq(conv_h), scale.in_w.eq(conv_w), scale.blocks.eq(out_blocks),
+            scale.in_h.eq(conv_h), scale.in_w.eq(conv_w), scale.blocks.eq(ob_count),
             scale.a_signed.eq(t1_signed), scale.a_zp.eq(t1_zp),
             scale.b_signed.eq(instr.sc_signed), scale.b_zp.eq(sc_zp),
             scale.multiplier.eq(post_word("eltwise_const", 0)),
@@ -827,7 +836,7 @@ class GroupController(wiring.Component):
             maxpool.pad.eq(instr.pool_pad),
             maxpool.in_h.eq(conv_h), maxpool.in_w.eq(conv_w),
             maxpool.out_h.eq(pooled_h), maxpool.out_w.eq(pooled_w),
-            maxpool.blocks.eq(out_blocks),
+            maxpool.blocks.eq(ob_count),
             avgpool.enable.eq(instr.pool == Pool.AVG),
             avgpool.in_signed.eq(t3_signed), avgpool.x_zp.eq(t3_zp),
             avgpool.out_signed.eq(stage_signed("pool")), avgpool.y_zp.eq(stage_zp("pool")),
@@ -837,14 +846,14 @@ class GroupController(wiring.Component):
             avgpool.pad.eq(instr.pool_pad), avgpool.count_include_pad.eq(instr.pool_count_pad),
             avgpool.in_h.eq(conv_h), avgpool.in_w.eq(conv_w),
             avgpool.out_h.eq(pooled_h), avgpool.out_w.eq(pooled_w),
-            avgpool.blocks.eq(out_blocks),
+            avgpool.blocks.eq(ob_count),
             gap.enable.eq(instr.pool == Pool.GLOBAL_AVG),
-            gap.in_h.eq(conv_h), gap.in_w.eq(conv_w), gap.blocks.eq(out_blocks),
+            gap.in_h.eq(conv_h), gap.in_w.eq(conv_w), gap.blocks.eq(ob_count),
             gap.in_signed.eq(t3_signed), gap.in_zp.eq(t3_zp),
             gap.multiplier.eq(post_word("pool_const", 0)),
             gap.out_signed.eq(stage_signed("pool")), gap.out_zp.eq(stage_zp("pool")),
             upsample.enable.eq(instr.upsample),
-            upsample.in_w.eq(out_blocks * pooled_w),
+            upsample.in_w.eq(ob_count * pooled_w),
         ]
         # The shortcut stream: a residual tensor (ADD) or the scale vector (CHANNEL_SCALE).
         m.d.comb += [
@@ -883,7 +892,7 @@ class GroupController(wiring.Component):
         p_ob = Signal(16)              # channel block of the beat leaving the chain
         p_ox = Signal(12)
         lanes_valid = Signal(range(L + 1))
-        remaining = instr.out_c - (p_ob << _log2(To))
+        remaining = instr.out_c - ((ob_base + p_ob) << _log2(To))
         m.d.comb += lanes_valid.eq(Mux(remaining >= L, L, remaining))
         masked = [Mux(lane < lanes_valid, chain.payload[lane], 0) for lane in range(L)]
         post_fire = chain.valid & write_fifo.w_rdy
@@ -899,18 +908,19 @@ class GroupController(wiring.Component):
                 m.d.sync += p_ox.eq(p_ox + 1)
             with m.Else():
                 m.d.sync += p_ox.eq(0)
-                m.d.sync += p_ob.eq(Mux(p_ob + 1 < out_blocks, p_ob + 1, 0))
+                m.d.sync += p_ob.eq(Mux(p_ob + 1 < ob_count, p_ob + 1, 0))
 
         # Output writer: commands per chunk of a (oy, ob) segment.
         with m.If(start_compute):
-            first_out = Mux(out_local, 0, base) + instr.output.offset + out_block0 * out_plane
+            first_out = (Mux(out_local, 0, base) + instr.output.offset
+                         + (out_block0 + ob_base) * out_plane)
             m.d.sync += [o_oy.eq(0), o_ob.eq(0), o_left.eq(instr.out_w), o_done.eq(0),
                          o_addr.eq(first_out), o_row_addr.eq(first_out),
                          o_seg_base.eq(first_out)]
         with m.Elif(grant_write):
             with m.If(o_left > o_chunk):
                 m.d.sync += [o_left.eq(o_left - o_chunk), o_addr.eq(o_addr + o_chunk * L)]
-            with m.Elif(o_ob + 1 < out_blocks):
+            with m.Elif(o_ob + 1 < ob_count):
                 m.d.sync += [o_ob.eq(o_ob + 1), o_left.eq(instr.out_w),
                              o_addr.eq(o_seg_base + out_plane),
                              o_seg_base.eq(o_seg_base + out_plane)]
@@ -1268,8 +1278,13 @@ class GroupController(wiring.Component):
             with m.State("DIVIDE"):
                 # places = ⌊row_words_max / row_words⌋, one quotient bit per cycle.
                 with m.If(div_bit == 0):
+                    too_big = weight_steps > self.weight_words
+                    frame = instr.reuse == Reuse.FRAME
                     m.d.sync += [weight_len.eq(weight_steps << _log2(Ti * To)),
-                                 streaming.eq(weight_steps > self.weight_words)]
+                                 streaming.eq(too_big & ~frame),
+                                 ob_base.eq(0), ob_count.eq(out_blocks),
+                                 chunk_obs.eq(Mux(too_big & frame, 0, out_blocks)),
+                                 chunk_steps.eq(ib_count * steps)]
                     size = self.buffer_words << _log2(L)
                     in_end = instr.input.offset + in_blocks * in_plane
                     out_end = instr.output.offset + (out_block0 + out_blocks) * out_plane
@@ -1279,6 +1294,8 @@ class GroupController(wiring.Component):
                               | (in_local & (in_end > size)) | (out_local & (out_end > size))
                               | (sc_local & (instr.eltwise != Eltwise.NONE) & (sc_end > size))):
                         fail(ErrorCode.BUFFER_OVERFLOW)
+                    with m.Elif(too_big & frame):
+                        m.next = "CHUNK"
                     with m.Else():
                         m.next = "PARAM_CMD"
                 with m.Else():
@@ -1287,6 +1304,18 @@ class GroupController(wiring.Component):
                         m.d.sync += [div_rem.eq(div_rem - shifted),
                                      places.eq(places | (Const(1, len(places)) << (div_bit - 1).as_unsigned()))]
                     m.d.sync += div_bit.eq(div_bit - 1)
+                guard()
+            with m.State("CHUNK"):
+                # Frame reuse reads every weight once: as many output-channel blocks as fit
+                # the store are computed over the whole frame, then the next ones.
+                with m.If((chunk_steps <= self.weight_words) & (chunk_obs < out_blocks)):
+                    m.d.sync += [chunk_obs.eq(chunk_obs + 1),
+                                 chunk_steps.eq(chunk_steps + ib_count * steps)]
+                with m.Elif(chunk_obs == 0):
+                    fail(ErrorCode.BUFFER_OVERFLOW)     # one block's weights do not fit
+                with m.Else():
+                    m.d.sync += ob_count.eq(chunk_obs)
+                    m.next = "PARAM_CMD"
                 guard()
             with m.State("PARAM_CMD"):
                 read(base + instr.params.offset, param_len)
@@ -1304,8 +1333,10 @@ class GroupController(wiring.Component):
                 guard()
             with m.State("WEIGHT_CMD"):
                 # Depthwise weights are a multiple of the bus width; normal ones too.
-                read(base + instr.weights.offset,
-                     Mux(depthwise, in_blocks * taps * L, weight_len))
+                block_steps = ib_count * steps
+                read(base + instr.weights.offset + ((ob_base * block_steps) << _log2(Ti * To)),
+                     Mux(depthwise, in_blocks * taps * L,
+                         (ob_count * block_steps) << _log2(Ti * To)))
                 m.d.sync += [load_pos.eq(0), dw_step.eq(0), dw_slot.eq(0), dw_tap.eq(0),
                              dw_chunk.eq(0)]
                 with m.If(cmd.ready):
@@ -1324,7 +1355,14 @@ class GroupController(wiring.Component):
             with m.State("COMPUTE"):
                 m.d.comb += compute.eq(1)
                 with m.If(compute_done):
-                    m.next = "GROUP_END"
+                    with m.If(ob_base + ob_count < out_blocks):
+                        # Next chunk of output-channel blocks (frame reuse).
+                        rest = out_blocks - ob_base - ob_count
+                        m.d.sync += [ob_base.eq(ob_base + ob_count),
+                                     ob_count.eq(Mux(rest < chunk_obs, rest, chunk_obs))]
+                        m.next = "WEIGHT_CMD"
+                    with m.Else():
+                        m.next = "GROUP_END"
                 guard()
             with m.State("GROUP_END"):
                 m.d.comb += group_done.eq(1)

@@ -179,7 +179,7 @@ def test_image_matches_golden(harness, tmp_path, build, kinds):
         for a in layout.accesses(i, harness.config) if a.write)
 
 
-@pytest.mark.parametrize("build", [residual_net, se_net, conv_stack])
+@pytest.mark.parametrize("build", [residual_net, se_net, conv_stack, wide_net])
 def test_frame_reuse_with_on_chip_buffers(harness, tmp_path, build):
     """The memory optimizer's all-frame policy: intermediate feature maps, residual operands and
     SE vectors live in the on-chip buffers {0, 1, 2}; the whole DRAM still matches."""
@@ -194,6 +194,29 @@ def test_frame_reuse_with_on_chip_buffers(harness, tmp_path, build):
     blob = program.pack(compiled.quantise_inputs({"x": net.samples(1)}))
     result = run_and_compare(harness, blob)
     assert len(result.group_cycles) == len(program.instructions)
+
+
+def test_frame_reuse_reads_weights_once(tiny_harness, tmp_path):
+    """The 72 KiB layer of `wide_net` does not fit the weight store: in row reuse its weights
+    cross the bus once per output row, in frame reuse once (chunks of output-channel blocks
+    computed over the whole frame, which stays on chip)."""
+    config = tiny_harness.config
+    net, outputs = wide_net()
+    compiled, row_blob = compiled_image(tmp_path, net, outputs, config)
+    blocks = detect_blocks(compiled.graph, compiled.groups)
+    program = apply_policy(compiled, Policy.uniform(blocks, Reuse.FRAME), blocks)
+    frame_blob = program.pack(compiled.quantise_inputs({"x": net.samples(1)}))
+    # Everything a group must read once: weights, parameters, DRAM feature maps; plus the
+    # header, section table and instructions, and a bus word of slack per command.
+    once = sum(layout.weight_bytes(i, config) + layout.param_bytes(i, config)
+               + sum(a.end - a.start + 2 * config.dram_bus_bytes * i.in_h * 8
+                     for a in layout.accesses(i, config)
+                     if not a.write and a.space == MemSpace.DRAM
+                     and a.operand in ("input", "shortcut"))
+               for i in program.instructions) + 4096
+    frame = run_and_compare(tiny_harness, frame_blob).counters["DRAM_READ_BYTES"]
+    row = run_and_compare(tiny_harness, row_blob).counters["DRAM_READ_BYTES"]
+    assert frame <= once < row
 
 
 def test_activation_tables_are_used(tmp_path):
