@@ -49,6 +49,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from .pipeline import round_half_even
 from .beat import code_beat
 from .requant import FLOAT32_BIAS
 
@@ -89,12 +90,6 @@ def round_significant(value, width: int, keep: int = _SIG):
     return (value & mask) + Mux(guard & (sticky | odd), last_kept, 0)
 
 
-def round_half_even(value, drop: int):
-    """``value`` shifted right by ``drop`` bits, to nearest, ties to even (one bit wider)."""
-    kept = value[drop:]
-    guard = value[drop - 1]
-    sticky = value[:drop - 1].any() if drop > 1 else Const(0)
-    return kept + (guard & (sticky | kept[0]))
 
 
 class Float32Divider(wiring.Component):

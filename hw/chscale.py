@@ -28,6 +28,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from . import pipeline
 from .beat import code_beat
 from .requant import FLOAT32_BIAS, Requantizer
 
@@ -108,11 +109,7 @@ class ChannelScaleLane(wiring.Component):
         m = Module()
 
         def stage(value, name, shape=None):
-            """One pipeline register; datapath registers need no reset."""
-            reg = Signal(shape if shape is not None else value.shape(), name=name,
-                         reset_less=True)
-            m.d.sync += reg.eq(value)
-            return reg
+            return pipeline.stage(m, value, name, shape)
 
         valid = self.valid
         for index in range(self.LATENCY - 1):

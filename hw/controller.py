@@ -224,7 +224,6 @@ class GroupController(wiring.Component):
         table_word = Signal(3)                         # word of the entry at the beat's start
         fetch_beats = ceil((B - 4 + INSTRUCTION_BYTES) / B)
         fetch_buf = Signal(fetch_beats * B * 8)
-        fetch_skip = Signal(range(B))
         instr_bits = Signal(_ISA.size)
         instr = data.View(isa.InstructionLayout, instr_bits)
         error_code = Signal(ErrorCode)
@@ -251,13 +250,11 @@ class GroupController(wiring.Component):
         out_plane = Signal(32)
         in_row_bytes = Signal(24)
         out_row_bytes = Signal(24)
-        out_cp = Signal(17)             # out_blocks·To
         param_len = Signal(24)
         mult_off = Signal(24)
         wzp_off = Signal(24)
         post_off = Signal(24)
         act_off = Signal(24)
-        weight_len = Signal(32)
         out_block0 = Signal(16)
         identity = Signal()             # conv NONE
         streaming = Signal()            # weights streamed from DRAM for every output row
@@ -470,43 +467,27 @@ class GroupController(wiring.Component):
             m.d.sync += sc_outstanding.eq(sc_outstanding + Mux(grant_shortcut & is_add, conv_w, 0)
                                           - Mux(sc_push & is_add, 1, 0))
 
-        # Command arbitration: control FSM, else output writes, else input reads.
+        # Command arbitration in the compute phase, in priority order: output writes (they free
+        # room), streamed weights, shortcut, input; outside it, the control FSM's reads.
         cmd = dma.cmd
         grant_write = Signal()
         grant_read = Signal()
+        requests = [
+            (o_req & ~out_local, o_addr, o_chunk * L, Direction.WRITE, grant_write),
+            (ws_req, ws_addr, ws_set_bytes, Direction.READ, grant_weights),
+            (sc_req & ~sc_local, sc_addr, sc_words << _log2(L), Direction.READ, grant_shortcut),
+            (in_req & ~in_local, in_seg_addr, instr.in_w * L, Direction.READ, grant_read),
+        ]
         with m.If(compute):
-            with m.If(o_req & ~out_local):
-                m.d.comb += [
-                    cmd.valid.eq(1),
-                    cmd.payload.address.eq(o_addr),
-                    cmd.payload.length.eq(o_chunk * L),
-                    cmd.payload.direction.eq(Direction.WRITE),
-                    grant_write.eq(cmd.ready),
-                ]
-            with m.Elif(ws_req):
-                m.d.comb += [
-                    cmd.valid.eq(1),
-                    cmd.payload.address.eq(ws_addr),
-                    cmd.payload.length.eq(ws_set_bytes),
-                    cmd.payload.direction.eq(Direction.READ),
-                    grant_weights.eq(cmd.ready),
-                ]
-            with m.Elif(sc_req & ~sc_local):
-                m.d.comb += [
-                    cmd.valid.eq(1),
-                    cmd.payload.address.eq(sc_addr),
-                    cmd.payload.length.eq(sc_words << _log2(L)),
-                    cmd.payload.direction.eq(Direction.READ),
-                    grant_shortcut.eq(cmd.ready),
-                ]
-            with m.Elif(in_req & ~in_local):
-                m.d.comb += [
-                    cmd.valid.eq(1),
-                    cmd.payload.address.eq(in_seg_addr),
-                    cmd.payload.length.eq(instr.in_w * L),
-                    cmd.payload.direction.eq(Direction.READ),
-                    grant_read.eq(cmd.ready),
-                ]
+            for k, (request, address, length, direction, grant) in enumerate(requests):
+                with (m.If if k == 0 else m.Elif)(request):
+                    m.d.comb += [
+                        cmd.valid.eq(1),
+                        cmd.payload.address.eq(address),
+                        cmd.payload.length.eq(length),
+                        cmd.payload.direction.eq(direction),
+                        grant.eq(cmd.ready),
+                    ]
         with m.Else():
             m.d.comb += [cmd.valid.eq(fsm_cmd_valid), cmd.payload.eq(fsm_cmd)]
 
@@ -776,9 +757,9 @@ class GroupController(wiring.Component):
 
         # Post-processing, in the order of sfnpu.isa's chain: activation table (before the
         # element-wise stage) → ADD or CHANNEL_SCALE with the shortcut stream → activation
-        # table (after it) → clamp → max or global-average pool → 2× upsample → padding-lane
-        # mask → write buffer. Every stage passes beats (oy, ob, ox) of `out_blocks` blocks.
-        # (Pooling: max, average or global average, one of them enabled.)
+        # table (after it) → clamp → max, average or global-average pool → 2× upsample →
+        # padding-lane mask → write buffer. Every stage passes beats (oy, ob, ox) of the chunk's
+        # `ob_count` blocks.
         # The type (zero point, signedness) of the codes after each stage, as the golden model
         # tracks it: the post record's entry of each stage that changes it.
         table_first = (instr.act == Activation.TABLE) & (
@@ -1151,7 +1132,7 @@ class GroupController(wiring.Component):
             beat), then ``after``."""
             with m.State(f"{name}_CMD"):
                 read(address, length)
-                m.d.sync += [beat_index.eq(0), fetch_skip.eq(fetch_addr[:_log2(B)])]
+                m.d.sync += beat_index.eq(0)
                 with m.If(cmd.ready):
                     m.next = f"{name}_DATA"
                 guard()
@@ -1190,7 +1171,8 @@ class GroupController(wiring.Component):
                 guard()
             transfer("FETCH", fetch_addr, INSTRUCTION_BYTES, shift_in_instruction, "FETCH_ALIGN")
             with m.State("FETCH_ALIGN"):
-                offset = (((fetch_beats - beat_index) * B + fetch_skip) * 8).as_unsigned()
+                skip = fetch_addr[:_log2(B)]         # the instruction's byte in its first beat
+                offset = (((fetch_beats - beat_index) * B + skip) * 8).as_unsigned()
                 m.d.sync += instr_bits.eq(fetch_buf.bit_select(offset, _ISA.size))
                 m.next = "DECODE"
                 guard()
@@ -1212,7 +1194,6 @@ class GroupController(wiring.Component):
                     ib_count.eq(Mux(dw, 1, ib)),
                     conv_h.eq(ch), conv_w.eq(cw),
                     steps.eq(p),
-                    out_cp.eq(ob << _log2(To)),
                     out_block0.eq(instr.out_c_offset >> _log2(L)),
                     in_row_bytes.eq(instr.in_w << _log2(L)),
                     out_row_bytes.eq(instr.out_w << _log2(L)),
@@ -1280,8 +1261,7 @@ class GroupController(wiring.Component):
                 with m.If(div_bit == 0):
                     too_big = weight_steps > self.weight_words
                     frame = instr.reuse == Reuse.FRAME
-                    m.d.sync += [weight_len.eq(weight_steps << _log2(Ti * To)),
-                                 streaming.eq(too_big & ~frame),
+                    m.d.sync += [streaming.eq(too_big & ~frame),
                                  ob_base.eq(0), ob_count.eq(out_blocks),
                                  chunk_obs.eq(Mux(too_big & frame, 0, out_blocks)),
                                  chunk_steps.eq(ib_count * steps)]
@@ -1299,10 +1279,11 @@ class GroupController(wiring.Component):
                     with m.Else():
                         m.next = "PARAM_CMD"
                 with m.Else():
-                    shifted = row_words << (div_bit - 1).as_unsigned()
+                    bit = (div_bit - 1).as_unsigned()
+                    shifted = row_words << bit
                     with m.If(div_rem >= shifted):
                         m.d.sync += [div_rem.eq(div_rem - shifted),
-                                     places.eq(places | (Const(1, len(places)) << (div_bit - 1).as_unsigned()))]
+                                     places.eq(places | (Const(1, len(places)) << bit))]
                     m.d.sync += div_bit.eq(div_bit - 1)
                 guard()
             with m.State("CHUNK"):

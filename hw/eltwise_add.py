@@ -36,6 +36,7 @@ from amaranth.hdl import Cat, Const, EnableInserter, Module, Mux, Signal, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from . import pipeline
 from .beat import code_beat
 from .requant import FLOAT32_BIAS, Requantizer
 
@@ -172,16 +173,10 @@ class EltwiseAddLane(wiring.Component):
         m = Module()
 
         def stage(value, name, shape=None):
-            """One pipeline register; datapath registers need no reset."""
-            reg = Signal(shape if shape is not None else value.shape(), name=name,
-                         reset_less=True)
-            m.d.sync += reg.eq(value)
-            return reg
+            return pipeline.stage(m, value, name, shape)
 
         def delay(value, cycles, name):
-            for index in range(cycles):
-                value = stage(value, f"{name}_{index + 1}")
-            return value
+            return pipeline.delay(m, value, cycles, name)
 
         def fma(prefix, code, x, c, c_is_data):
             """Six pipeline stages of ``code · x + c`` (``code`` signed(10), ``x`` a decoded

@@ -18,6 +18,9 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from . import pipeline
+from .pipeline import round_half_even
+
 __all__ = ["Requantizer", "FLOAT32_BIAS"]
 
 #: IEEE 754 binary32 exponent bias.
@@ -95,30 +98,17 @@ class Requantizer(wiring.Component):
 
     # -- rounding helper (overridable, so a test can check that a broken rounding is caught) --
 
-    @staticmethod
-    def round_half_even(value, drop: int):
-        """``value`` shifted right by ``drop`` bits, rounded to nearest, ties to even.
-        The result is one bit wider than ``value[drop:]`` (the rounding may carry out)."""
-        kept = value[drop:]
-        guard = value[drop - 1]
-        sticky = value[:drop - 1].any() if drop > 1 else Const(0)
-        return kept + (guard & (sticky | kept[0]))
+    round_half_even = staticmethod(round_half_even)
 
     def elaborate(self, platform):
         m = Module()
         K = self.saturation_exponent
 
         def stage(value, name, shape=None):
-            """One pipeline register holding ``value``; datapath registers need no reset."""
-            reg = Signal(shape if shape is not None else value.shape(), name=name,
-                         reset_less=True)
-            m.d.sync += reg.eq(value)
-            return reg
+            return pipeline.stage(m, value, name, shape)
 
         def delay(value, cycles, name):
-            for i in range(cycles):
-                value = stage(value, f"{name}_{i + 1}")
-            return value
+            return pipeline.delay(m, value, cycles, name)
 
         # -- stage 1: int32 → float32 (round to nearest even) ---------------------------------
         acc_negative = self.acc[31]

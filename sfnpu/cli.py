@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from pathlib import Path
@@ -294,11 +295,16 @@ def _save_outputs(path: str, outputs: dict):
 
 def rtl_harness(config):
     """The Verilated accelerator of ``config`` (built once, cached under build/rtl/)."""
+    return _rtl_harness(config.name)
+
+
+@functools.cache
+def _rtl_harness(config_name: str):
     from .tb.system import SystemHarness
 
-    with console.status(f"RTL: building the Verilated accelerator ({config.name}); cached in "
-                        f"build/rtl/{config.name} after the first build"):
-        return SystemHarness(config, REPO_ROOT / "build" / "rtl" / config.name)
+    with console.status(f"RTL: building the Verilated accelerator ({config_name}); cached in "
+                        f"build/rtl/{config_name} after the first build"):
+        return SystemHarness(get_config(config_name), REPO_ROOT / "build" / "rtl" / config_name)
 
 
 def rtl_outputs(config):

@@ -7,6 +7,7 @@ model's DRAM after the same image — outputs and every intermediate tensor. Err
 the error code, the failing group and that the core returns to idle (no hang).
 """
 
+import functools
 import struct
 
 import numpy as np
@@ -31,8 +32,14 @@ CONFIGS = ("tiny", "ecp5")
 
 @pytest.fixture(scope="module", params=CONFIGS)
 def harness(request):
-    config = get_config(request.param)
-    return SystemHarness(config, BUILD / config.name)
+    return system_harness(request.param)
+
+
+@functools.cache
+def system_harness(config_name):
+    """One harness per configuration and process (elaborating it to Verilog takes seconds
+    even when the Verilator build is cached)."""
+    return SystemHarness(get_config(config_name), BUILD / config_name)
 
 
 def compiled_image(tmp_path, net, outputs, config, seed=0):
@@ -254,7 +261,7 @@ def stack_blob(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_harness():
-    return SystemHarness(get_config("tiny"), BUILD / "tiny")
+    return system_harness("tiny")
 
 
 @pytest.mark.parametrize("index, changes, code", [
