@@ -176,7 +176,10 @@ class CsrBlock(wiring.Component):
         soft_reset = Signal()
         busy = running | ~ctl.idle
 
-        m.submodules.group_log = log = Memory(shape=32, depth=self.group_log_depth, init=[])
+        # One entry per group: cycles, DRAM bytes read, DRAM bytes written.
+        group_read = Signal(32)
+        group_written = Signal(32)
+        m.submodules.group_log = log = Memory(shape=96, depth=self.group_log_depth, init=[])
         log_write = log.write_port()
         log_read = log.read_port()
         log_bits = (self.group_log_depth - 1).bit_length()
@@ -196,7 +199,9 @@ class CsrBlock(wiring.Component):
             "WATCHDOG": {"watchdog": watchdog},
             "GROUP_COUNT": {"group_count": group_count},
             "GROUP_LOG_INDEX": {"index": log_index},
-            "GROUP_LOG_DATA": {"group_log_data": log_read.data},
+            "GROUP_LOG_DATA": {"group_log_data": log_read.data[:32]},
+            "GROUP_LOG_READ_BYTES": {"group_log_read_bytes": log_read.data[32:64]},
+            "GROUP_LOG_WRITE_BYTES": {"group_log_write_bytes": log_read.data[64:]},
         }
         for name, value in [*wide_rw.items(), *counters.items()]:
             lo, hi = regmap.wide_registers()[name]
@@ -319,15 +324,23 @@ class CsrBlock(wiring.Component):
                 counters["DRAM_READ_BYTES"].eq(counters["DRAM_READ_BYTES"] + ctl.read_bytes),
                 counters["DRAM_WRITE_BYTES"].eq(counters["DRAM_WRITE_BYTES"] + ctl.write_bytes),
             ]
-            this_group = Mux(group_cycles == _LOG_ENTRY_MAX, _LOG_ENTRY_MAX, group_cycles + 1)
-            m.d.sync += group_cycles.eq(this_group)
+            def saturating(total, step):
+                wide = total + step
+                return Mux(wide > _LOG_ENTRY_MAX, _LOG_ENTRY_MAX, wide)
+
+            this_group = saturating(group_cycles, 1)
+            this_read = saturating(group_read, ctl.read_bytes)
+            this_written = saturating(group_written, ctl.write_bytes)
+            m.d.sync += [group_cycles.eq(this_group), group_read.eq(this_read),
+                         group_written.eq(this_written)]
             with m.If(ctl.group_done):
                 m.d.comb += [
                     log_write.addr.eq(group_count[:log_bits]),
-                    log_write.data.eq(this_group),
+                    log_write.data.eq(Cat(this_group, this_read, this_written)),
                     log_write.en.eq(1),
                 ]
-                m.d.sync += [group_count.eq(group_count + 1), group_cycles.eq(0)]
+                m.d.sync += [group_count.eq(group_count + 1), group_cycles.eq(0),
+                             group_read.eq(0), group_written.eq(0)]
             with m.If(ctl.done | ctl.error):
                 m.d.sync += [running.eq(0), done.eq(1)]
             with m.If(ctl.error):
@@ -345,7 +358,8 @@ class CsrBlock(wiring.Component):
         with m.If(clear):
             m.d.sync += [done.eq(0), error.eq(0), error_code.eq(ErrorCode.NONE),
                          error_group.eq(0), error_addr.eq(0), group_count.eq(0),
-                         group_cycles.eq(0), running.eq(~soft_reset)]
+                         group_cycles.eq(0), group_read.eq(0), group_written.eq(0),
+                         running.eq(~soft_reset)]
             m.d.sync += [counter.eq(0) for counter in counters.values()]
 
         m.d.comb += [

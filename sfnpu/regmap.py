@@ -240,6 +240,11 @@ REGISTERS: tuple[Register, ...] = (
           "the previous group ended (or the first cycle of the run) to its last cycle, "
           "inclusive; saturates at 2^32-1",
           read_side_effect="GROUP_LOG_INDEX.index increments"),
+    _word("GROUP_LOG_READ_BYTES", 0x0CC, _RO, "DRAM bytes read by group GROUP_LOG_INDEX "
+          "(as DRAM_READ_BYTES counts them); read it before GROUP_LOG_DATA, whose read "
+          "advances the index; saturates at 2^32-1"),
+    _word("GROUP_LOG_WRITE_BYTES", 0x0D0, _RO, "DRAM bytes written by group GROUP_LOG_INDEX "
+          "(as DRAM_WRITE_BYTES counts them); saturates at 2^32-1"),
 )
 
 _BY_NAME = {r.name: r for r in REGISTERS}

@@ -10,7 +10,8 @@ every run also checks that header against the RTL. A run:
 2. programs IMAGE_BASE, the DMA window and CONTROL (interrupt enable, start) over AXI4-Lite;
 3. waits for the interrupt — up to ``max_cycles``, after which it reports a timeout instead of
    hanging;
-4. reads STATUS, the error registers, every counter and the per-group cycle log over AXI4-Lite,
+4. reads STATUS, the error registers, every counter and the per-group log (cycles, DRAM
+   bytes read and written) over AXI4-Lite,
    and dumps the DRAM through the backdoor.
 """
 
@@ -175,8 +176,13 @@ int main(int argc, char** argv) {{
     uint32_t depth = csr_read(SFNPU_REG_GROUP_LOG_DEPTH);
     std::fprintf(r, "GROUP_COUNT %u\n", groups);
     csr_write(SFNPU_REG_GROUP_LOG_INDEX, 0);
-    for (uint32_t k = 0; k < groups && k < depth; ++k)
-        std::fprintf(r, "GROUP_LOG %u\n", csr_read(SFNPU_REG_GROUP_LOG_DATA));
+    for (uint32_t k = 0; k < groups && k < depth; ++k) {{
+        // The byte fields first: reading GROUP_LOG_DATA advances the index.
+        uint32_t read = csr_read(SFNPU_REG_GROUP_LOG_READ_BYTES);
+        uint32_t written = csr_read(SFNPU_REG_GROUP_LOG_WRITE_BYTES);
+        std::fprintf(r, "GROUP_LOG %u %u %u\n", csr_read(SFNPU_REG_GROUP_LOG_DATA), read,
+                     written);
+    }}
     std::fclose(r);
 
     FILE* d = std::fopen(argv[2], "wb");
@@ -210,6 +216,8 @@ class RunResult:
     error_addr: int
     counters: dict[str, int]
     group_cycles: list[int] = field(default_factory=list)
+    group_read_bytes: list[int] = field(default_factory=list)
+    group_write_bytes: list[int] = field(default_factory=list)
     dram: bytes = b""
 
     @property
@@ -271,12 +279,15 @@ class SystemHarness:
         finally:
             for p in paths:
                 p.unlink(missing_ok=True)
-        values = {k: int(v) for k, v in lines if k != "GROUP_LOG"}
+        log = [[int(v) for v in line[1:]] for line in lines if line[0] == "GROUP_LOG"]
+        values = {k: int(v) for k, v in (line for line in lines if line[0] != "GROUP_LOG")}
         return RunResult(
             timeout=bool(values["timeout"]), aborted=bool(values["aborted"]),
             waited=values["waited"], status=values["STATUS"],
             error_code=ErrorCode(values["ERROR_CODE"]), error_group=values["ERROR_GROUP"],
             error_addr=values["ERROR_ADDR"],
             counters={n: values[n] for n in COUNTERS},
-            group_cycles=[int(v) for k, v in lines if k == "GROUP_LOG"],
+            group_cycles=[entry[0] for entry in log],
+            group_read_bytes=[entry[1] for entry in log],
+            group_write_bytes=[entry[2] for entry in log],
             dram=dram)

@@ -3,7 +3,8 @@
 Each run goes through :class:`sfnpu.tb.system.SystemHarness`: the image is loaded through the
 DRAM model's backdoor, a C++ host built on the generated register header programs the CSRs
 over AXI4-Lite and waits for the interrupt, and the whole DRAM is compared with the golden
-model's DRAM after the same image — outputs and every intermediate tensor. Error runs check
+model's DRAM after the same image — outputs and every intermediate tensor — and the per-group
+log (cycles, DRAM bytes) with the cycle model's. Error runs check
 the error code, the failing group and that the core returns to idle (no hang).
 """
 
@@ -22,6 +23,7 @@ from sfnpu.compiler.blocks import detect_blocks
 from sfnpu.compiler.memory import Policy, apply_policy
 from sfnpu.isa import Activation, ConvKind, MemSpace, Reuse
 from sfnpu.regmap import ErrorCode
+from sfnpu.sim.cycle import CycleModel, compare
 from sfnpu.sim.golden import GoldenModel
 from sfnpu.tb.system import SystemHarness
 from sfnpu.tb.verilator import REPO_ROOT
@@ -157,6 +159,10 @@ def run_and_compare(harness, blob):
     dram = result.dram[:len(golden)]
     differ = np.flatnonzero(np.frombuffer(dram, np.uint8) != np.frombuffer(golden, np.uint8))
     assert differ.size == 0, f"{differ.size} DRAM bytes differ, first at {differ[:8]}"
+    # The cycle model, group by group: DRAM bytes exactly, cycles within its tolerance.
+    comparison = compare(CycleModel(harness.config).run(blob), result.group_cycles,
+                         result.group_read_bytes, result.group_write_bytes)
+    assert not comparison.problems(), "\n".join(comparison.problems())
     return result
 
 

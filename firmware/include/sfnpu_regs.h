@@ -43,6 +43,8 @@
 #define SFNPU_REG_GROUP_COUNT            0x0c0u
 #define SFNPU_REG_GROUP_LOG_INDEX        0x0c4u
 #define SFNPU_REG_GROUP_LOG_DATA         0x0c8u
+#define SFNPU_REG_GROUP_LOG_READ_BYTES   0x0ccu
+#define SFNPU_REG_GROUP_LOG_WRITE_BYTES  0x0d0u
 
 /* Fields: _SHIFT (lowest bit), _MASK (in place), _RESET (after reset). */
 #define SFNPU_VERSION_REGMAP_SHIFT 0u

@@ -1,0 +1,547 @@
+"""The cycle model: per-group latency and exact DRAM bytes of the accelerator's schedule.
+
+It models the microarchitecture :mod:`sfnpu.hw.controller` implements, from the same
+constants the RTL is built from (the hardware configuration, the DMA's issue latency, the
+conv array's and requantiser's pipeline depths, the row buffer's fetch rules) — nothing is
+fitted to measurements. The RTL is checked against it group by group (``tests/test_cycle.py``,
+``sfnpu sim``).
+
+DRAM bytes are exact: they are the bus beats of the DMA commands the controller issues — the
+image header and section table (first group), the instruction, the parameter block, the
+weights (once per output-channel chunk, or once per output row when a row-reuse layer's
+weights do not fit the weight store), the input (once per chunk), the shortcut operand, and
+the output (write strobes: exactly the output's bytes).
+
+Latency, per group (the controller's states in order)::
+
+    FETCH → FETCH_ALIGN → DECODE → DECODE2 → DIVIDE → [CHUNK] → PARAM → [WEIGHT]
+          → (COMPUTE_START → COMPUTE → [WEIGHT of the next chunk]) … → GROUP_END
+
+Control transfers use the DRAM model's closed form (:mod:`sfnpu.hw.axi_mem`): a read of *N*
+beats takes ``ISSUE_LATENCY + latency + floor((N − 1) · B/bpc) + 1`` cycles after its command
+state; beats of activation or input tables are taken one byte per cycle. The compute phase is
+a row-level schedule: input rows arrive at the DRAM rate (shared with the output writes and
+the shortcut stream), the row buffer holds ``6 · places`` rows, each output row takes
+:func:`~sfnpu.hw.conv_array.row_cycles` once its input rows are present, the post-processing
+chain passes one word per cycle, and the group ends when the last output chunk's write
+response is back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from math import ceil, floor
+from typing import Sequence
+
+from sfnpu import image, isa, layout
+from sfnpu.config import MAX_KERNEL, ROW_BUFFER_ROWS, HwConfig
+from sfnpu.isa import Activation, ConvKind, Eltwise, Instruction, InputTransform, MemSpace, \
+    Pool, Reuse
+
+__all__ = ["CycleModel", "GroupTiming", "ModelRun", "Comparison", "compare", "group_dram_bytes",
+           "GROUP_TOLERANCE", "RUN_TOLERANCE"]
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class GroupTiming:
+    """One group's modelled latency and DRAM traffic."""
+    index: int
+    cycles: int
+    read_bytes: int
+    write_bytes: int
+    reuse: Reuse
+    control: int            # fetch, decode, parameter and weight loading
+    compute: int            # the compute phases (all chunks)
+    bound: str              # what limits the compute phase: "mac", "dram" or "post"
+    macs: int
+
+
+@dataclass
+class ModelRun:
+    """A whole program: per-group timings and totals."""
+    config: HwConfig
+    groups: list[GroupTiming] = field(default_factory=list)
+
+    @property
+    def cycles(self) -> int:
+        return sum(g.cycles for g in self.groups)
+
+    @property
+    def read_bytes(self) -> int:
+        return sum(g.read_bytes for g in self.groups)
+
+    @property
+    def write_bytes(self) -> int:
+        return sum(g.write_bytes for g in self.groups)
+
+    @property
+    def seconds(self) -> float:
+        return self.cycles / (self.config.clock_mhz * 1e6)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """The quantities the controller derives in DECODE/DECODE2/DIVIDE/CHUNK."""
+    depthwise: bool
+    identity: bool
+    in_blocks: int
+    out_blocks: int
+    ib: int                 # input-channel blocks per output block (1: depthwise)
+    conv_h: int
+    conv_w: int
+    steps: int              # P
+    taps: int
+    row_words: int
+    places: int
+    streaming: bool         # row reuse, weights larger than the store: streamed per row
+    chunk_obs: int          # output-channel blocks per chunk
+
+
+class CycleModel:
+    """Latency and DRAM bytes of each group on one hardware configuration."""
+
+    #: DMA: command accepted → first burst address (:attr:`sfnpu.hw.dma.DmaEngine.ISSUE_LATENCY`).
+    #: Quotient bits per cycle of the average pool's dividers (the controller's default).
+    AVG_DIVIDER_BITS = 2
+
+    def __init__(self, config: HwConfig):
+        from sfnpu.hw.conv_array import array_latency, depthwise_taps
+        from sfnpu.hw.dma import DmaEngine
+        from sfnpu.hw.requant import Requantizer
+
+        self.config = config
+        self.B = config.dram_bus_bytes
+        self.L = config.lanes
+        self.beat = Fraction(self.B) / config.dram_bytes_per_cycle   # cycles per beat
+        self.latency = config.dram_latency
+        self.weight_words = config.buffer_bytes[1] // (config.ti * config.to)
+        self.row_words_max = config.max_row_bytes // self.L
+        self.write_words = config.write_buffer_bytes // self.L
+        self.taps_per_step = depthwise_taps(config)
+        self.issue = DmaEngine.ISSUE_LATENCY
+        self.reissue = DmaEngine.REISSUE_LATENCY
+        self.outstanding = DmaEngine.outstanding_to_stream(config)
+        # Array → psum stage → requantiser → result FIFO.
+        self.result_latency = array_latency(config) + 1 + Requantizer.LATENCY + 1
+
+    # -- DRAM transfers -------------------------------------------------------------------
+
+    def beats(self, address: int, length: int) -> int:
+        """Bus beats of a command: every bus word the byte range touches."""
+        if length <= 0:
+            return 0
+        return (address + length - 1) // self.B - address // self.B + 1
+
+    def _stream(self, n_beats: int) -> int:
+        """Cycles from the first to the last beat of a back-to-back read, inclusive."""
+        return floor((n_beats - 1) * self.beat) + 1 if n_beats else 0
+
+    def read_transfer(self, n_beats: int, slow_beats: int = 0) -> int:
+        """Cycles of a control-FSM read: the command state, then until the cycle after the
+        last beat. ``slow_beats`` beats are taken one byte per cycle (table bytes)."""
+        fast = n_beats - slow_beats
+        data = self._stream(fast) + slow_beats * max(self.B, ceil(self.beat))
+        return 1 + self.issue + self.latency + data
+
+    # -- the group's derived parameters ---------------------------------------------------
+
+    def shape(self, instr: Instruction) -> _Shape:
+        cfg = self.config
+        identity = instr.conv == ConvKind.NONE
+        depthwise = instr.conv == ConvKind.DEPTHWISE or identity
+        in_blocks = _ceil_div(instr.in_c, self.L)
+        out_blocks = _ceil_div(instr.out_c, cfg.to)
+        ib = 1 if depthwise else _ceil_div(instr.in_c, cfg.ti)
+        conv_h, conv_w = layout.conv_output_hw(instr)
+        taps = instr.kh * instr.kw
+        steps = _ceil_div(taps, self.taps_per_step) if depthwise else taps
+        row_words = in_blocks * instr.in_w
+        places = self.row_words_max // row_words
+        sets = out_blocks if depthwise else out_blocks * ib
+        too_big = sets * steps > self.weight_words
+        frame = instr.reuse == Reuse.FRAME
+        chunk_obs = out_blocks
+        if too_big and frame:
+            chunk_obs = min(out_blocks, self.weight_words // (ib * steps))
+        return _Shape(depthwise, identity, in_blocks, out_blocks, ib, conv_h, conv_w, steps,
+                      taps, row_words, places, too_big and not frame, chunk_obs)
+
+    def _chunks(self, s: _Shape) -> list[int]:
+        full, rest = divmod(s.out_blocks, s.chunk_obs)
+        return [s.chunk_obs] * full + ([rest] if rest else [])
+
+    # -- one group ------------------------------------------------------------------------
+
+    def group(self, instr: Instruction, index: int = 0, fetch_address: int = 0,
+              header_beats: tuple[int, int] | None = None) -> GroupTiming:
+        """Model one group. ``fetch_address``: the instruction's byte address (its alignment
+        decides the fetch's beats); ``header_beats``: (header, section table) beats read
+        before the first group."""
+        cfg, B, L = self.config, self.B, self.L
+        s = self.shape(instr)
+        read = write = 0
+        control = 0
+        if header_beats is not None:
+            for n in header_beats:
+                control += self.read_transfer(n) + 1          # + HEADER_CHECK / TABLE_CHECK
+                read += n * B
+        # FETCH, FETCH_ALIGN, DECODE, DECODE2, DIVIDE (one quotient bit per cycle, + 1).
+        n = self.beats(fetch_address, isa.WORDS * 4)
+        read += n * B
+        control += self.read_transfer(n) + 3 + self.row_words_max.bit_length() + 1
+        chunks = self._chunks(s)
+        if s.chunk_obs != s.out_blocks:                      # CHUNK: one block per cycle
+            control += s.chunk_obs + 1
+        # PARAM: the tables are written one byte per cycle.
+        param_len = layout.param_bytes(instr, cfg)
+        n = self.beats(instr.params.offset, param_len)
+        table_bytes = 256 if instr.act == Activation.TABLE else 0
+        if instr.in_transform == InputTransform.CHANNEL_TABLE:
+            table_bytes += s.in_blocks * L * 256
+        control += self.read_transfer(n, table_bytes // B)
+        read += n * B
+        loads_weights = not (s.identity or s.streaming)
+        compute = 0
+        bounds = []
+        for k, obs in enumerate(chunks):
+            if loads_weights:
+                w_len = (s.in_blocks * s.taps * L if s.depthwise
+                         else obs * s.ib * s.steps * cfg.ti * cfg.to)
+                n = self.beats(0, w_len)
+                control += self.read_transfer(n)
+                read += n * B
+            cycles, r, w, bound = self._compute(instr, s, obs, k)
+            compute += cycles + 1                              # + COMPUTE_START
+            read += r
+            write += w
+            bounds.append(bound)
+        cycles = control + compute + 1                          # + GROUP_END
+        return GroupTiming(index, cycles, read, write, instr.reuse, control, compute,
+                           max(set(bounds), key=bounds.count), _macs(instr, s))
+
+    # -- the compute phase ------------------------------------------------------------------
+
+    def _compute(self, instr: Instruction, s: _Shape, obs: int, chunk: int):
+        """(cycles, read bytes, write bytes, bound) of one chunk of ``obs`` output blocks,
+        from the first cycle of COMPUTE to the cycle ``compute_done`` rises."""
+        from sfnpu.hw.conv_array import fetch_cycles
+
+        cfg, B, L = self.config, self.B, self.L
+        bpc = cfg.dram_bytes_per_cycle
+        in_dram = instr.input.space == MemSpace.DRAM
+        out_dram = instr.output.space == MemSpace.DRAM
+        sc_dram = instr.shortcut.space == MemSpace.DRAM
+        is_add = instr.eltwise == Eltwise.ADD
+        dram = _Dram(self)
+
+        row_bytes = s.row_words * L                        # one input row, every block
+        pooled_h = instr.out_h >> 1 if instr.upsample else instr.out_h
+        pooled_w = instr.out_w >> 1 if instr.upsample else instr.out_w
+        out_row_bytes = obs * instr.out_w * L              # one output row of this chunk
+        w_row_bytes = obs * s.ib * s.steps * cfg.ti * cfg.to if s.streaming else 0
+        sc_row_bytes = obs * s.conv_w * L if is_add else 0
+
+        # The array: one conv row of every pass of this chunk.
+        passes = (1 if s.depthwise else obs) * s.in_blocks
+        p = s.steps
+        f0 = fetch_cycles(instr.kh, instr.kw, instr.sw, True)
+        f1 = fetch_cycles(instr.kh, instr.kw, instr.sw, False)
+        row = passes * (max(p, f0) + (s.conv_w - 1) * max(p, f1))
+        capacity = ROW_BUFFER_ROWS * s.places
+        local_free = [0]                                   # the on-chip input reader
+
+        # CHANNEL_SCALE reads its vector once, before the first result needs it.
+        scale_ready = 0
+        if instr.eltwise == Eltwise.CHANNEL_SCALE:
+            scale_ready = dram.read(0, obs * L) if sc_dram else 1 + self.issue + obs
+
+        # Input rows: row r enters the FIFO once row r − 1 has left it for the row buffer,
+        # and the row buffer takes row r once the reader's first row is above r − capacity.
+        row_in = [0] * instr.in_h                          # cycle row r is in the row buffer
+        reader_start = []                                   # S(oy)
+        next_row = 0
+
+        def room(r):
+            """First cycle the row buffer may take row r (the reader has moved past)."""
+            if r < capacity:
+                return 0
+            oy = 0
+            while max(oy * instr.sh - instr.pad_top, 0) + capacity <= r:
+                oy += 1
+            return reader_start[oy] if oy < len(reader_start) else None
+
+        def fetch_rows(until):
+            nonlocal next_row
+            while next_row <= until:
+                r = next_row
+                allowed = room(r - 1) if r else 0
+                if allowed is None:
+                    break
+                if in_dram:
+                    arrived = dram.read(allowed, row_bytes, s.in_blocks)
+                else:
+                    # The local reader streams a granted segment a word per cycle and takes
+                    # the next one in the cycle after it is idle.
+                    arrived = max(allowed, local_free[0]) + s.in_blocks * (instr.in_w + 1)
+                    local_free[0] = arrived
+                gate = room(r)
+                row_in[r] = max(arrived, row_in[r - 1] if r else 0,
+                                (gate or 0) + s.row_words) + 1
+                next_row += 1
+
+        # Pass 1: the array, output row by output row (cycle its last result is out).
+        end = 0
+        results = []
+        for oy in range(s.conv_h):
+            y_end = min(oy * instr.sh - instr.pad_top + instr.kh, instr.in_h)
+            fetch_rows(y_end - 1)
+            start = max(end, row_in[y_end - 1] + f0 + 2)
+            reader_start.append(start)
+            # rows that fit behind this one are fetched meanwhile
+            fetch_rows(min(instr.in_h - 1, max(oy * instr.sh - instr.pad_top, 0) + capacity))
+            end = start + row
+            if s.streaming:
+                end = max(end, dram.read(start - row if oy else 0, w_row_bytes, obs * s.ib) + p)
+            ready = end + self.result_latency
+            if sc_row_bytes:
+                ready = max(ready, (dram.read(start, sc_row_bytes, obs) if sc_dram
+                                    else start + 1 + s.conv_w * obs) + 1)
+            results.append(max(ready, scale_ready))
+
+        # Pass 2: the post-processing chain, pooled row by pooled row, and the writer.
+        chunk = min(instr.out_w, max(1, self.write_words // 2))
+        segment_bytes = chunk * L
+        rows_out = instr.out_h // pooled_h               # 2 with upsampling
+        out_bytes = out_row_bytes * rows_out
+        commands = obs * _ceil_div(instr.out_w, chunk) * rows_out
+        post, last_write = 0, 0
+        latency = _post_latency(instr)
+        for py in range(pooled_h):
+            need, cost = self._post_row(instr, s, obs, py, pooled_h, pooled_w)
+            if instr.pool == Pool.AVG:
+                post = max(post, results[need]) + cost
+            else:
+                post = max(post + cost, results[need])
+            done = post + latency
+            if out_dram:
+                # segments complete one output block at a time over the row
+                span = max(cost, row if instr.pool == Pool.NONE else cost)
+                first = done - span + span // max(obs * rows_out, 1)
+                last_write = max(dram.write(first, out_bytes, commands),
+                                 done + self.issue + ceil(segment_bytes / B * self.beat))
+            else:
+                last_write = done + chunk
+        cycles = (last_write + self.latency + 1) if out_dram else last_write + 1
+        # Both directions share the bus: no faster than all bytes at the sustained rate.
+        if dram.busy:
+            cycles = max(cycles, ceil(1 + self.issue + self.latency + dram.busy
+                                      + (self.latency + 1 if out_dram else 0)))
+        read = (instr.in_h * row_bytes if in_dram else 0) + w_row_bytes * s.conv_h
+        if is_add and sc_dram:
+            read += sc_row_bytes * s.conv_h
+        elif instr.eltwise == Eltwise.CHANNEL_SCALE and sc_dram:
+            read += obs * L
+        write = out_row_bytes * instr.out_h if out_dram else 0
+        bound = "dram" if dram.busy * 1.05 >= cycles else "mac"
+        return ceil(cycles), read, write, bound
+
+    def _post_row(self, instr: Instruction, s: _Shape, obs: int, py: int, pooled_h: int,
+                  pooled_w: int) -> tuple[int, int]:
+        """(last conv row needed, cycles) of pooled row ``py`` in the post chain, which passes
+        one word per cycle except in the average pool (a window sum per output pixel) and the
+        global average pool (one requantiser for every lane of a block)."""
+        from sfnpu.hw.avgpool import Float32Divider
+        from sfnpu.hw.requant import Requantizer
+
+        words = obs * s.conv_w                             # one conv row
+        up = 4 if instr.upsample else 1
+        if instr.pool == Pool.NONE:
+            return py, max(words, up * obs * pooled_w)
+        if instr.pool == Pool.GLOBAL_AVG:
+            return s.conv_h - 1, obs * (self.L + Requantizer.LATENCY + 2)
+        k, stride, pad = instr.pool_size, instr.pool_stride, instr.pool_pad
+        first = py * stride - pad
+        need = min(first + k, s.conv_h) - 1
+        previous = min((py - 1) * stride - pad + k, s.conv_h) if py else 0
+        new_rows = need + 1 - previous
+        if instr.pool == Pool.MAX:
+            return need, max(new_rows * words, up * obs * pooled_w)
+        rows = min(first + k, s.conv_h) - max(first, 0)
+        divide = Float32Divider(self.AVG_DIVIDER_BITS).cycles + 2
+        per_block = 0
+        for ox in range(pooled_w):
+            x0 = ox * stride - pad
+            m = rows * (min(x0 + k, s.conv_w) - max(x0, 0))
+            per_block += max(2 * m + 4, divide)
+        return need, obs * per_block + new_rows * words
+
+    # -- programs ---------------------------------------------------------------------------
+
+    def run(self, program: Sequence[Instruction] | bytes, *,
+            instructions_offset: int | None = None, section_count: int | None = None) -> ModelRun:
+        """Model a whole program: a DRAM image (bytes) or a list of instructions (then the
+        instruction section's offset and the section count default to a typical image's)."""
+        if isinstance(program, (bytes, bytearray)):
+            img = image.unpack(bytes(program), self.config)
+            instructions = list(img.program)
+            instructions_offset = img.layout.of_kind(image.SectionKind.INSTRUCTIONS)[0].offset
+            section_count = len(img.layout.sections)
+        else:
+            instructions = list(program)
+            instructions_offset = image.SECTION_ALIGN if instructions_offset is None \
+                else instructions_offset
+            section_count = 5 if section_count is None else section_count
+        header = (self.beats(0, image.HEADER.size),
+                  self.beats(image.HEADER.size, section_count * image.SECTION.size))
+        run = ModelRun(self.config)
+        for k, instr in enumerate(instructions):
+            address = instructions_offset + k * isa.WORDS * 4
+            run.groups.append(self.group(instr, k, address, header if k == 0 else None))
+        return run
+
+
+class _Dram:
+    """The DRAM as a fluid resource shared by reads and writes.
+
+    A transfer — one or more DMA commands of the same shape — occupies the bus for its bytes
+    at the sustained rate, and no less than its bursts allow: with at most ``outstanding``
+    bursts in flight, burst *j* + *O* is issued ``REISSUE_LATENCY`` cycles after burst *j*
+    completes (its last read beat; its write response), so short bursts are paced by the
+    latency rather than by the bandwidth."""
+
+    def __init__(self, model: "CycleModel"):
+        self.m = model
+        self.free = [Fraction(0), Fraction(0)]      # each direction: reads, writes
+        self.busy = Fraction(0)                     # bus cycles of both directions
+
+    def _occupy(self, begin: Fraction, nbytes: int, commands: int, write: bool) -> int:
+        m = self.m
+        if nbytes <= 0:
+            return ceil(begin)
+        beats = _ceil_div(nbytes, m.B)
+        bursts = max(commands, _ceil_div(beats, m.config.dram_max_burst))
+        per_burst = Fraction(beats, bursts) * m.beat
+        slot = max(per_burst, (m.latency + per_burst - m.beat + m.reissue) / m.outstanding,
+                   Fraction(m.issue))
+        begin = max(begin, self.free[write])
+        bus = beats * m.beat
+        self.busy += bus
+        self.free[write] = begin + max(bus, bursts * slot)
+        return ceil(self.free[write])
+
+    def read(self, request: int, nbytes: int, commands: int = 1) -> int:
+        """Cycle the last byte of a read commanded at ``request`` arrives."""
+        begin = Fraction(request + 1 + self.m.issue + self.m.latency)
+        return self._occupy(begin, nbytes, commands, False)
+
+    def write(self, request: int, nbytes: int, commands: int = 1) -> int:
+        """Cycle the last byte of a write commanded at ``request`` leaves."""
+        begin = Fraction(request + 1 + self.m.issue)
+        return self._occupy(begin, nbytes, commands, True)
+
+
+def _post_latency(instr: Instruction) -> int:
+    """Pipeline depth of the enabled post-processing stages."""
+    from sfnpu.hw.act_table import ActivationTable
+    from sfnpu.hw.chscale import ChannelScale
+    from sfnpu.hw.eltwise_add import EltwiseAdd
+
+    depth = 2                                   # result FIFO, write FIFO
+    if instr.act == Activation.TABLE:
+        depth += ActivationTable.LATENCY
+    if instr.eltwise == Eltwise.ADD:
+        depth += EltwiseAdd.LATENCY
+    elif instr.eltwise == Eltwise.CHANNEL_SCALE:
+        depth += ChannelScale.LATENCY
+    return depth
+
+
+def _macs(instr: Instruction, s: _Shape) -> int:
+    if s.identity:
+        return 0
+    per_output = instr.kh * instr.kw * (1 if s.depthwise else instr.in_c)
+    return instr.out_c * s.conv_h * s.conv_w * per_output
+
+
+def group_dram_bytes(instr: Instruction, config: HwConfig) -> tuple[int, int]:
+    """(read, write) DRAM bytes of one group, as the hardware moves them."""
+    g = CycleModel(config).group(instr)
+    return g.read_bytes, g.write_bytes
+
+
+#: Largest relative difference between the model's and the RTL's cycles accepted in any one
+#: group, and over a whole run. The measured agreement (``make bench``, ``sfnpu sim``) is
+#: reported beside them; the goal is exact.
+GROUP_TOLERANCE = 0.15
+RUN_TOLERANCE = 0.03
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The model against measured per-group cycles and DRAM bytes (the RTL's group log)."""
+    model: ModelRun
+    cycles: tuple[int, ...]
+    read_bytes: tuple[int, ...]
+    write_bytes: tuple[int, ...]
+
+    @property
+    def errors(self) -> list[float]:
+        """Relative cycle error of each group, (model − measured) / measured."""
+        return [(g.cycles - c) / c for g, c in zip(self.model.groups, self.cycles)]
+
+    @property
+    def run_error(self) -> float:
+        return (self.model.cycles - sum(self.cycles)) / sum(self.cycles)
+
+    @property
+    def exact(self) -> int:
+        return sum(g.cycles == c for g, c in zip(self.model.groups, self.cycles))
+
+    @property
+    def max_error(self) -> float:
+        return max(map(abs, self.errors), default=0.0)
+
+    def within(self, tolerance: float) -> int:
+        return sum(abs(e) <= tolerance for e in self.errors)
+
+    @property
+    def bytes_mismatches(self) -> list[int]:
+        """Groups whose DRAM bytes (read or written) differ from the model's."""
+        return [g.index for g, r, w in zip(self.model.groups, self.read_bytes, self.write_bytes)
+                if (g.read_bytes, g.write_bytes) != (r, w)]
+
+    def problems(self, group_tolerance: float = GROUP_TOLERANCE,
+                 run_tolerance: float = RUN_TOLERANCE) -> list[str]:
+        """Every disagreement beyond the tolerances, as sentences; empty when they agree."""
+        out = []
+        if len(self.cycles) != len(self.model.groups):
+            out.append(f"{len(self.cycles)} groups measured, {len(self.model.groups)} modelled")
+        for k in self.bytes_mismatches:
+            g = self.model.groups[k]
+            out.append(f"group {k}: DRAM bytes read/written {self.read_bytes[k]}/"
+                       f"{self.write_bytes[k]}, model {g.read_bytes}/{g.write_bytes}")
+        for g, c, e in zip(self.model.groups, self.cycles, self.errors):
+            if abs(e) > group_tolerance:
+                out.append(f"group {g.index}: {c} cycles, model {g.cycles} ({e:+.1%}, "
+                           f"tolerance {group_tolerance:.0%})")
+        if self.cycles and abs(self.run_error) > run_tolerance:
+            out.append(f"run: {sum(self.cycles)} cycles, model {self.model.cycles} "
+                       f"({self.run_error:+.2%}, tolerance {run_tolerance:.0%})")
+        return out
+
+    def summary(self) -> str:
+        n = len(self.cycles)
+        return (f"{n} groups: {self.exact} exact, {self.within(0.01)} within 1 %, "
+                f"{self.within(0.05)} within 5 %, largest error {self.max_error:.1%}; run "
+                f"{self.run_error:+.2%}; DRAM bytes {'identical' if not self.bytes_mismatches else 'DIFFER'}"
+                f" in {n - len(self.bytes_mismatches)}/{n} groups")
+
+
+def compare(model: ModelRun, cycles: Sequence[int], read_bytes: Sequence[int],
+            write_bytes: Sequence[int]) -> Comparison:
+    return Comparison(model, tuple(cycles), tuple(read_bytes), tuple(write_bytes))

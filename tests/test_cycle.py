@@ -1,0 +1,113 @@
+"""The cycle model's own contracts (the RTL comparison is in test_system.py).
+
+DRAM bytes follow from the commands the controller issues, so they are checked against the
+layouts every other executor uses; latency follows from the hardware's schedule, so it is
+checked against the row buffer's cycle-exact contract and against the directions in which
+the hardware parameters move it.
+"""
+
+import pytest
+
+from netbuild import Net
+from sfnpu import layout
+from sfnpu.compiler.blocks import detect_blocks
+from sfnpu.compiler.memory import Policy, apply_policy
+from sfnpu.config import get_config
+from sfnpu.hw.conv_array import row_cycles
+from sfnpu.hw.row_buffer import window_params, window_schedule
+from sfnpu.isa import ConvKind, MemSpace, Reuse
+from sfnpu.sim.cycle import CycleModel, compare
+from test_system import compiled_image, conv_stack, residual_net, se_net, wide_net
+
+
+@pytest.fixture(scope="module", params=[conv_stack, residual_net, se_net, wide_net],
+                ids=lambda b: b.__name__)
+def compiled(request, tmp_path_factory):
+    net, outputs = request.param()
+    return compiled_image(tmp_path_factory.mktemp(net.name), net, outputs, get_config("tiny"))
+
+
+def test_dram_bytes_follow_the_layouts(compiled):
+    """Writes: exactly the output ranges; reads: at least every DRAM operand once (inputs per
+    output-channel chunk, streamed weights per output row), in whole bus words."""
+    config = get_config("tiny")
+    comp, blob = compiled
+    run = CycleModel(config).run(blob)
+    for instr, g in zip(comp.program.instructions, run.groups):
+        ranges = layout.accesses(instr, config)
+        assert g.write_bytes == sum(a.end - a.start for a in ranges
+                                    if a.write and a.space == MemSpace.DRAM)
+        once = sum(a.end - a.start for a in ranges if not a.write and a.space == MemSpace.DRAM)
+        assert g.read_bytes >= once
+        assert g.read_bytes % config.dram_bus_bytes == 0
+
+
+def test_frame_reuse_reads_weights_once():
+    """wide_net's 3×3 layer streams its weights once per output row in row reuse and reads
+    them once in frame reuse: the model's bytes say so."""
+    import tempfile
+    from pathlib import Path
+
+    config = get_config("tiny")
+    net, outputs = wide_net()
+    comp, blob = compiled_image(Path(tempfile.mkdtemp()), net, outputs, config)
+    blocks = detect_blocks(comp.graph, comp.groups)
+    frame = apply_policy(comp, Policy.uniform(blocks, Reuse.FRAME), blocks)
+    model = CycleModel(config)
+    row_group = model.run(blob).groups[-1]
+    frame_group = model.run(frame.instructions).groups[-1]
+    weights = layout.weight_bytes(comp.program.instructions[-1], config)
+    assert row_group.read_bytes >= weights * comp.program.instructions[-1].out_h
+    assert frame_group.read_bytes < 2 * weights
+
+
+@pytest.mark.parametrize("kernel, stride, group", [(3, 1, 1), (3, 2, 1), (5, 2, 16),
+                                                   (1, 1, 1), (7, 1, 1)])
+def test_array_rows_follow_the_row_buffer_schedule(kernel, stride, group):
+    """With the input present, the row buffer emits a window every max(P, F) cycles: the
+    row time the model uses is the spacing of the cycle-exact window schedule."""
+    config = get_config("tiny")
+    net = Net((16, 12, 14), seed=1, name="one")
+    pad = kernel // 2
+    y = net.conv("x", 16, 16, kernel, stride=stride, group=group, pads=[pad] * 4)
+    import tempfile
+    from pathlib import Path
+    comp, _ = compiled_image(Path(tempfile.mkdtemp()), net, [y], config)
+    instr = comp.program.instructions[0]
+    params = window_params(instr, config)
+    times = window_schedule(params, config, first_word=0, weights_ready=0)
+    per_row = len(times) // params["out_h"]
+    # Steady state: rows after the first, whose input rows are all present by then.
+    last = params["out_h"] - 1
+    spacing = times[last * per_row + per_row - 1] - times[(last - 1) * per_row + per_row - 1]
+    depthwise = instr.conv == ConvKind.DEPTHWISE
+    assert spacing == row_cycles(depthwise, instr.kh, instr.kw, instr.sw, params["out_w"],
+                                 instr.in_c, instr.out_c, config)
+
+
+def test_slower_dram_is_never_faster(compiled):
+    comp, _ = compiled
+    tiny = get_config("tiny")                      # DRAM at the bus peak
+    half = tiny.replace(dram_bandwidth_gbps=tiny.dram_bandwidth_gbps / 2)
+    base = CycleModel(tiny).run(comp.program.instructions)
+    for a, b in zip(base.groups, CycleModel(half).run(comp.program.instructions).groups):
+        assert b.cycles >= a.cycles
+    for latency in (4, 64):
+        other = CycleModel(tiny.replace(dram_latency=latency)).run(comp.program.instructions)
+        assert (other.cycles > base.cycles) == (latency > tiny.dram_latency)
+
+
+def test_comparison_reports_disagreements(compiled):
+    comp, blob = compiled
+    run = CycleModel(get_config("tiny")).run(blob)
+    cycles = [g.cycles for g in run.groups]
+    reads = [g.read_bytes for g in run.groups]
+    writes = [g.write_bytes for g in run.groups]
+    assert compare(run, cycles, reads, writes).problems() == []
+    assert compare(run, cycles, reads, writes).exact == len(cycles)
+    off = list(cycles)
+    off[0] = int(off[0] * 1.5)
+    assert any("group 0" in p for p in compare(run, off, reads, writes).problems())
+    wrong = list(reads)
+    wrong[-1] += 8
+    assert any("DRAM bytes" in p for p in compare(run, cycles, wrong, writes).problems())
