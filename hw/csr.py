@@ -326,7 +326,7 @@ class CsrBlock(wiring.Component):
             ]
             def saturating(total, step):
                 wide = total + step
-                return Mux(wide > _LOG_ENTRY_MAX, _LOG_ENTRY_MAX, wide)
+                return Mux(wide > _LOG_ENTRY_MAX, _LOG_ENTRY_MAX, wide)[:32]
 
             this_group = saturating(group_cycles, 1)
             this_read = saturating(group_read, ctl.read_bytes)

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from . import docs, image, isa
 from .config import CONFIGS, ConfigError, get_config
+from .sim.cycle import CycleModel, compare
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Wide enough for the program table when the output is a file or CI log.
@@ -175,22 +176,37 @@ def cmd_sim(args) -> int:
         stages.append(("golden model vs onnxruntime",
                        f"{identical:.4%} identical over {len(inputs)} inputs, top-1 "
                        f"{agree}/{len(inputs)} ({time.perf_counter() - t1:.1f} s)"))
-        rtl_ok = _sim_rtl(config, compiled, blob, golden, stages)
-    stages.append(("cycle-accurate model", "not built yet"))
+        timing = CycleModel(config).run(blob)
+        stages.append(("cycle model", f"{timing.cycles} cycles = {timing.seconds * 1e3:.2f} ms "
+                       f"at {config.clock_mhz:g} MHz; {timing.read_bytes} B read, "
+                       f"{timing.write_bytes} B written"))
+        result = _sim_rtl(config, compiled, blob, golden, stages)
+        comparison = None
+        if result is not None and not (result.timeout or result.error):
+            comparison = compare(timing, result.group_cycles, result.group_read_bytes,
+                                 result.group_write_bytes)
+            problems = comparison.problems()
+            verdict = comparison.summary() + (
+                "" if not problems else "[red]; " + "; ".join(problems[:4]) + "[/]")
+            stages.append(("cycle model vs RTL", verdict))
 
     console.print(program_table(compiled.program.instructions, title=description))
+    console.print(group_table(compiled.program.instructions, timing, result))
     table = Table(title="pipeline stages")
     table.add_column("stage")
     table.add_column("result")
-    for stage, result in stages:
-        style = "yellow" if result == "not built yet" else "green"
-        table.add_row(stage, f"[{style}]{result}[/]")
+    for stage, outcome in stages:
+        style = "yellow" if outcome == "not built yet" else "green"
+        table.add_row(stage, f"[{style}]{outcome}[/]")
     console.print(table)
     if identical != 1.0:
         console.print("[red]FAIL[/]: the golden model differs from onnxruntime")
         return 1
-    if rtl_ok is False:
+    if result is not None and rtl_ok(result, golden, blob) is False:
         console.print("[red]FAIL[/]: the RTL differs from the golden model")
+        return 1
+    if comparison is not None and comparison.problems():
+        console.print("[red]FAIL[/]: the RTL's group log disagrees with the cycle model")
         return 1
     console.print("[green]PASS[/] (every available stage)")
     return 0
@@ -198,7 +214,7 @@ def cmd_sim(args) -> int:
 
 def _sim_rtl(config, compiled, blob, golden, stages):
     """Run the last input's image on the RTL and compare the whole DRAM with the golden
-    model's; adds a stage row and a per-group table. None when the config is model-only."""
+    model's; adds a stage row. None when the config is model-only."""
     if config.dram_bus_bytes > 8:
         stages.append(("RTL on Verilator", f"not simulated: {config.name} is a model-only "
                        "configuration (use CONFIG=tiny or ecp5)"))
@@ -212,27 +228,66 @@ def _sim_rtl(config, compiled, blob, golden, stages):
     if result.timeout or result.error:
         stages.append(("RTL on Verilator", f"[red]stopped: {result.error_code.name} in group "
                        f"{result.error_group}{' (timeout)' if result.timeout else ''}[/]"))
-        return False
-    want = bytes(golden.run(blob).dram)
-    differ = int(np.count_nonzero(np.frombuffer(result.dram[:len(want)], np.uint8)
-                                  != np.frombuffer(want, np.uint8)))
+        return result
+    differ = _dram_differences(result, golden, blob)
     cycles = result.counters["CYCLES"]
     ms = cycles / (config.clock_mhz * 1e3)
     verdict = "DRAM identical to the golden model" if differ == 0 else \
         f"[red]{differ} DRAM bytes differ from the golden model[/]"
     stages.append(("RTL on Verilator",
-                   f"{verdict} (all {len(want)} bytes: outputs and every intermediate); "
+                   f"{verdict} (outputs and every intermediate); "
                    f"{cycles} cycles = {ms:.2f} ms at {config.clock_mhz:g} MHz; "
                    f"{result.counters['DRAM_READ_BYTES']} B read, "
                    f"{result.counters['DRAM_WRITE_BYTES']} B written; simulated in "
                    f"{seconds:.1f} s ({cycles / seconds / 1e3:.0f} k cycles/s)"))
-    table = Table(title="RTL per group (GROUP_LOG)")
-    for col in ("#", "conv", "reuse", "cycles"):
-        table.add_column(col)
-    for k, (instr, n) in enumerate(zip(compiled.program.instructions, result.group_cycles)):
-        table.add_row(str(k), instr.conv.name.lower(), instr.reuse.name.lower(), str(n))
-    console.print(table)
-    return differ == 0
+    return result
+
+
+@functools.lru_cache(maxsize=4)
+def _golden_dram(golden, blob: bytes) -> bytes:
+    return bytes(golden.run(blob).dram)
+
+
+def _dram_differences(result, golden, blob) -> int:
+    want = _golden_dram(golden, blob)
+    return int(np.count_nonzero(np.frombuffer(result.dram[:len(want)], np.uint8)
+                                != np.frombuffer(want, np.uint8)))
+
+
+def rtl_ok(result, golden, blob) -> bool:
+    """The run finished without error and left the golden model's DRAM."""
+    return not (result.timeout or result.error) and _dram_differences(result, golden, blob) == 0
+
+
+def group_table(instructions, timing, result=None) -> Table:
+    """Per group: the instruction's kind, the cycle model's latency and DRAM bytes, and
+    (given an RTL run) the RTL's group log beside them."""
+    table = Table(title="per group: cycle model" + (" vs RTL (GROUP_LOG)" if result else ""))
+    columns = ["#", "conv", "reuse", "bound", "model cycles"]
+    if result is not None:
+        columns += ["RTL cycles", "error"]
+    columns += ["model read/written B"]
+    if result is not None:
+        columns += ["RTL read/written B"]
+    for col in columns:
+        table.add_column(col, justify="right" if col != "conv" else "left")
+    log = list(zip(result.group_cycles, result.group_read_bytes, result.group_write_bytes)) \
+        if result is not None else []
+    for k, (instr, g) in enumerate(zip(instructions, timing.groups)):
+        row = [str(k), instr.conv.name.lower(), instr.reuse.name.lower(), g.bound,
+               str(g.cycles)]
+        if result is not None:
+            cycles, read, written = log[k] if k < len(log) else (0, 0, 0)
+            error = (g.cycles - cycles) / cycles if cycles else float("nan")
+            style = "green" if g.cycles == cycles else ("yellow" if abs(error) <= 0.05
+                                                        else "red")
+            row += [str(cycles), f"[{style}]{error:+.1%}[/]"]
+        row.append(f"{g.read_bytes}/{g.write_bytes}")
+        if result is not None:
+            same = (g.read_bytes, g.write_bytes) == (read, written)
+            row.append(f"[{'green' if same else 'red'}]{read}/{written}[/]")
+        table.add_row(*row)
+    return table
 
 
 def _calibration(args):
@@ -322,6 +377,23 @@ def rtl_outputs(config):
     return run
 
 
+def model_outputs(config):
+    """An ``accelerator`` callable: the golden model's outputs, with the cycle model's
+    per-group latency and DRAM bytes printed."""
+    from .sim.golden import GoldenModel
+
+    golden = GoldenModel(config)
+
+    def run(blob: bytes) -> list[np.ndarray]:
+        timing = CycleModel(config).run(blob)
+        console.print(group_table(image.unpack(blob, config).program, timing))
+        console.print(f"cycle model: {timing.cycles} cycles = {timing.seconds * 1e3:.3f} ms "
+                      f"at {config.clock_mhz:g} MHz; {timing.read_bytes} B read, "
+                      f"{timing.write_bytes} B written")
+        return golden.outputs(blob)
+    return run
+
+
 #: Cycles a run may take before the harness reports a hang.
 RTL_MAX_CYCLES = 200_000_000
 
@@ -354,8 +426,8 @@ def cmd_run(args) -> int:
             compiled, _, _ = _compile(args, Path(tmp))
             names = [i.name for i in compiled.imported.host.prologue.graph.input]
             config = get_config(args.config)
-            backend = (rtl_outputs(config) if args.backend == "rtl"
-                       else GoldenModel(config).outputs)
+            backend = {"rtl": rtl_outputs, "model": model_outputs}.get(
+                args.backend, lambda c: GoldenModel(c).outputs)(config)
             outputs = compiled.run(_load_inputs(args.input, names), backend)
     _save_outputs(args.output, outputs)
     console.print(f"wrote {args.output}: " + ", ".join(f"{k} {v.dtype}{list(v.shape)}"
@@ -459,8 +531,11 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a model on a backend; writes .npy (.npz if several)")
     model_options(r)
     r.add_argument("--input", required=True, help=".npy (one input) or .npz")
-    r.add_argument("--backend", default="golden", choices=["golden", "onnxruntime", "rtl"],
-                   help="golden model, onnxruntime on the QDQ model, or the RTL on Verilator")
+    r.add_argument("--backend", default="golden",
+                   choices=["golden", "onnxruntime", "rtl", "model"],
+                   help="golden model, onnxruntime on the QDQ model, the RTL on Verilator, or "
+                        "the cycle model (latency and DRAM bytes per group; values from the "
+                        "golden model)")
     r.add_argument("-o", "--output", required=True)
     r.set_defaults(func=cmd_run)
 

@@ -538,8 +538,8 @@ class Comparison:
         n = len(self.cycles)
         return (f"{n} groups: {self.exact} exact, {self.within(0.01)} within 1 %, "
                 f"{self.within(0.05)} within 5 %, largest error {self.max_error:.1%}; run "
-                f"{self.run_error:+.2%}; DRAM bytes {'identical' if not self.bytes_mismatches else 'DIFFER'}"
-                f" in {n - len(self.bytes_mismatches)}/{n} groups")
+                f"{self.run_error:+.2%}; DRAM bytes identical in "
+                f"{n - len(self.bytes_mismatches)}/{n} groups")
 
 
 def compare(model: ModelRun, cycles: Sequence[int], read_bytes: Sequence[int],

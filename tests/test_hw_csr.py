@@ -308,8 +308,14 @@ def test_counters_and_group_log_match_the_plan():
         # The log keeps the last `depth` groups at k mod depth; DATA reads auto-increment.
         first = len(ends) - depth
         assert await host.write(REG["GROUP_LOG_INDEX"], first) == OKAY
-        got = [await host.read_ok("GROUP_LOG_DATA") for _ in range(depth)]
-        assert got == [int(n) for n in lengths[first:]]
+        got = []
+        for _ in range(depth):          # the byte fields first: DATA advances the index
+            got.append((await host.read_ok("GROUP_LOG_READ_BYTES"),
+                        await host.read_ok("GROUP_LOG_WRITE_BYTES"),
+                        await host.read_ok("GROUP_LOG_DATA")))
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        assert got == [(int(read_bytes[a:b + 1].sum()), int(write_bytes[a:b + 1].sum()), int(n))
+                       for a, b, n in zip(starts[first:], ends[first:], lengths[first:])]
         assert await host.read_ok("GROUP_LOG_INDEX") == first + depth
         assert int(lengths.sum()) == cycles          # entries add up to CYCLES
 
