@@ -5,6 +5,7 @@
 #   make regress  the full regression (superset of make test)
 #   make docs     regenerate docs/ and firmware/include/ (ISA, DRAM image, registers)
 #   make report   memory optimizer vs the paper's tables for every paper network (build/report)
+#   make modules  module-level allocation of Inception-V3 beside Kim et al.'s Table 1 (build/modules)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -20,7 +21,7 @@ CONFIG ?= tiny
 SEED   ?= 0
 JOBS   ?= auto
 
-.PHONY: all test sim regress bench report verilog bitstream firmware docs clean venv
+.PHONY: all test sim regress bench report modules verilog bitstream firmware docs clean venv
 
 all: test
 
@@ -44,6 +45,9 @@ sim: $(STAMP)
 
 docs: $(STAMP)
 	$(RUN) $(PY) -m sfnpu.cli docs
+
+modules: $(STAMP)
+	$(RUN) $(PY) -m sfnpu.cli modules inception_v3
 
 bench report verilog bitstream firmware: $(STAMP)
 	$(RUN) $(PY) -m sfnpu.cli $@

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 __all__ = ["PaperMinBuffer", "TABLE_II", "PaperVgg", "TABLE_III", "CITATION", "PaperPerformance",
            "TABLE_IV", "TABLE_VI", "PaperFig16", "FIG_16", "TABLE_IV_CITATION",
-           "TABLE_VI_CITATION", "FIG_16_CITATION", "FIG_17_CITATION"]
+           "TABLE_VI_CITATION", "FIG_16_CITATION", "FIG_17_CITATION", "KIM_CITATION",
+           "KimModule", "KIM_TABLE_1", "KIM_TOTAL", "KIM_SRAM_KB"]
 
 CITATION = ("Nguyen et al., ShortcutFusion, Sec. V-B, "
             "Table II (minimum buffer size) and Table III (VGG-CONV)")
@@ -131,3 +132,47 @@ class PaperFig16:
 
 
 FIG_16 = PaperFig16()
+
+
+# --------------------------------------------------------------------------------------------
+# Kim et al., module-level on-chip allocation (seeds/000–001), Table 1
+# --------------------------------------------------------------------------------------------
+
+KIM_CITATION = ("D. Kim, K.-Y. Kim, S. Ko, S. Ha, \"A Simple Method to Reduce Off-chip Memory "
+                "Accesses on Convolutional Neural Networks\", Sec. 4 and Table 1 "
+                "(Inception-V3 at 299×299, Samsung NPU with 1024 KB on chip, 8-bit)")
+#: On-chip memory of the paper's NPU (KB; its per-layer figures are multiples of 1024 bytes).
+KIM_SRAM_KB = 1024
+
+
+@dataclass(frozen=True)
+class KimModule:
+    """One row of Table 1: off-chip traffic of one Inception-V3 module, KB."""
+    label: str               # the paper's name
+    module: str              # the module in our builder (torchvision naming)
+    weights_kb: float
+    naive_fm_kb: float
+    naive_total_kb: float
+    proposed_fm_kb: float
+    proposed_total_kb: float
+    naive_reads: int         # feature-map transfers (one per layer operand)
+    naive_writes: int
+    proposed_reads: int
+    proposed_writes: int
+
+
+KIM_TABLE_1: tuple[KimModule, ...] = (
+    KimModule("inception-a1", "Mixed_5b", 249, 2308.5, 2557.5, 0, 249, 8, 8, 0, 0),
+    KimModule("inception-a2", "Mixed_5c", 270, 2835, 3105, 0, 270, 8, 8, 0, 0),
+    KimModule("inception-a3", "Mixed_5d", 277.5, 3078, 3355.5, 0, 277.5, 8, 8, 0, 0),
+    KimModule("reduction-a", "Mixed_6a", 1125, 1798.5, 2923.5, 300, 1425, 5, 5, 0, 3),
+    KimModule("inception-b1", "Mixed_6b", 1264, 2700, 3964, 300, 1564, 11, 11, 1, 0),
+    KimModule("inception-b2", "Mixed_6c", 1648, 2850, 4498, 0, 1648, 11, 11, 0, 0),
+    KimModule("inception-b3", "Mixed_6d", 1648, 2850, 4498, 0, 1648, 11, 11, 0, 0),
+    KimModule("inception-b4", "Mixed_6e", 2088, 3000, 5088, 0, 2088, 11, 11, 0, 0),
+    KimModule("reduction-b", "Mixed_7a", 1656, 1580, 3236, 0, 1656, 7, 7, 0, 0),
+    KimModule("inception-c1", "Mixed_7b", 4920, 808, 5728, 0, 4920, 10, 10, 0, 0),
+    KimModule("inception-c2", "Mixed_7c", 5928, 1096, 7024, 0, 5928, 10, 10, 0, 0),
+)
+#: The table's total row (feature-map reduction 97.59 %, overall 47.14 %).
+KIM_TOTAL = KimModule("total", "", 21073.5, 24904, 45977.5, 600, 21673.5, 100, 100, 1, 3)

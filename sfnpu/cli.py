@@ -476,6 +476,20 @@ def cmd_bnff(args) -> int:
     return 0
 
 
+def cmd_modules(args) -> int:
+    from .compiler.modules_report import ModuleReportError, write_report
+
+    command = f"sfnpu modules {args.model} --sram-kb {args.sram_kb:g}" + (
+        f" --size {args.size}" if args.size else "")
+    try:
+        written = write_report(args.model, Path(args.out), args.sram_kb, args.size, command)
+    except ModuleReportError as e:
+        raise CliError(str(e)) from None
+    for path in written:
+        console.print(f"wrote {path}")
+    return 0
+
+
 def cmd_report(args) -> int:
     from .compiler.reports import ReportError, resolve_studies, run_report
 
@@ -560,6 +574,15 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--size", type=int, default=224, help="input size (default 224)")
     bn.add_argument("--out", default="build/bnff", help="output folder")
     bn.set_defaults(func=cmd_bnff)
+
+    mo = sub.add_parser("modules", help="module-level on-chip allocation (Kim et al., "
+                        "seeds/000-001) beside the paper's Table 1 (markdown, CSV, PNG)")
+    mo.add_argument("model", metavar="MODEL|BUILDER", help="builder name or ONNX file")
+    mo.add_argument("--sram-kb", type=float, default=1024,
+                    help="buffers {0, 1, 2} together, KiB (default 1024, the paper's)")
+    mo.add_argument("--size", type=int, help="input size for builders (default: theirs)")
+    mo.add_argument("--out", default="build/modules", help="output folder")
+    mo.set_defaults(func=cmd_modules)
 
     rp = sub.add_parser("report", help="memory optimizer vs the paper: Tables II–IV, VI, "
                         "Figs. 16–17 (markdown, CSV, PNG)")
