@@ -15,15 +15,15 @@ happens at most once (constraint 10), because those buffers are what make single
 possible. Among feasible candidates the objective picks the best: ``"latency"`` (the sum of a
 per-instruction latency callable) or ``"sram"`` (eq. 6, for Table II).
 
-The cycle-accurate model does not exist yet; :func:`roofline_latency` is a PLACEHOLDER latency
-to be replaced by it.
+Latency is the cycle model's (:mod:`sfnpu.sim.cycle`): the cycles of each placed group on the
+hardware configuration, the sum over the program (:func:`model_latency`).
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import lru_cache
 from math import prod
 from typing import Callable, Iterator, Sequence
 
@@ -37,7 +37,7 @@ from .memory import (WEIGHT_BUFFER, AllocationError, Budget, Policy, Requirement
                      requirements, traffic)
 
 __all__ = [
-    "LatencyFn", "roofline_latency", "conv_macs", "Evaluation", "SearchResult",
+    "LatencyFn", "model_latency", "conv_macs", "Evaluation", "SearchResult",
     "NoFeasiblePolicy", "cut_policies", "count_policies", "single_cut_policies",
     "double_cut_policies", "evaluate", "search", "Progress",
 ]
@@ -55,22 +55,18 @@ def conv_macs(instr: Instruction) -> int:
     return instr.out_c * h * w * per_output
 
 
-def roofline_latency(instr: Instruction, config: HwConfig) -> float:
-    """PLACEHOLDER latency, to be replaced by the cycle-accurate model.
-
-    max(MAC cycles at Ti·To MAC/cycle, DRAM bytes / config.dram_bytes_per_cycle). It ignores
-    row-mode weight preloading, pipeline fill, the depthwise MAC rate, DRAM latency and
-    element-wise-only groups' streaming time, so it ranks policies by DRAM traffic more than
-    the hardware will.
-    """
-    dram = sum(a.end - a.start for a in accesses(instr, config)
-               if a.space == MemSpace.DRAM)
-    return max(conv_macs(instr) / config.macs, dram / _bytes_per_cycle(config))
+def model_latency(config: HwConfig) -> LatencyFn:
+    """The cycle model's cycles of one placed instruction, memoised: candidates of a search
+    share most of their instructions."""
+    return _model_latency(config)
 
 
 @lru_cache(maxsize=None)
-def _bytes_per_cycle(config: HwConfig) -> float:
-    return float(config.dram_bytes_per_cycle)
+def _model_latency(config: HwConfig) -> LatencyFn:
+    from sfnpu.sim.cycle import CycleModel
+
+    model = CycleModel(config)
+    return lru_cache(maxsize=1 << 16)(lambda instr: float(model.group(instr).cycles))
 
 
 # --------------------------------------------------------------------------------------------
@@ -145,7 +141,7 @@ def evaluate(compiled, blocks: Blocks, policy: Policy, budget: Budget,
     program = compiled.program
     config = program.config
     if latency is None:
-        latency = partial(roofline_latency, config=config)
+        latency = model_latency(config)
     try:
         alloc = allocate(compiled.graph, compiled.groups, program, blocks, policy,
                          budget.buffers)

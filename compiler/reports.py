@@ -15,9 +15,9 @@ more than the paper's design used for that network — the paper's eq. 10, since
 its accelerator per CNN. VGG-CONV and any network far above its Table II figure also get a
 lower bound of buffers 0–2 per candidate (:func:`buffer_lower_bound`).
 
-Latencies are :func:`.cutpoints.roofline_latency`, a PLACEHOLDER until the cycle-accurate model
-exists; every table and plot says so, and Table IV's latency, GOPS and MAC-efficiency columns
-are left to that model instead of being estimated.
+Latencies are the cycle model's (:mod:`sfnpu.sim.cycle`, the schedule the RTL runs, checked
+against it group by group by the system tests): Table IV's latency, GOPS and MAC efficiency,
+Fig. 16's speed-up and Fig. 17's latency curve.
 
 Each network gets ``<key>.md``, ``<key>.csv`` (one row per candidate of the sweep) and
 ``<key>.png``; ``summary.md``, ``table_ii.csv`` and ``table_iv.csv`` collect the networks of
@@ -61,8 +61,7 @@ MB, MIB = 1e6, float(1 << 20)
 YOLOV3_SEARCH_TARGET_S = 60.0
 #: Ratio ours/paper accepted without a specific explanation (issue 4: "within 15 %").
 TOLERANCE = 1.15
-PLACEHOLDER = "PLACEHOLDER roofline latency (cutpoints.roofline_latency), not the cycle model"
-NEEDS_CYCLE_MODEL = "needs the cycle-accurate model"
+LATENCY_SOURCE = "the cycle model (sim/cycle.py) of the configuration's microarchitecture"
 
 
 class ReportError(ValueError):
@@ -166,7 +165,7 @@ class NetworkResult:
     blocks: Blocks
     sweep: SearchResult               # unlimited buffers, objective eq. 6 (Table II, Fig. 17)
     sweep_seconds: float
-    budgeted: SearchResult | None     # the configuration's budget, placeholder latency
+    budgeted: SearchResult | None     # the configuration's budget, latency objective
     budget_error: str | None          # NoFeasiblePolicy message when nothing fits
     search_seconds: float
     lower_bounds: dict[str, int] | None = None   # policy label → buffers 0–2 lower bound
@@ -306,8 +305,8 @@ SWEEP_FIELDS = (
     "sram_B", "buffer0_B", "buffer1_B", "buffer2_B", "row_buff_B", "psum_buff_B",
     "write_buff_B", "weight_buff_B", "bram18k", "sram_algorithm1_B", "sram_dense_B",
     "dram_fm_B", "dram_weights_B", "dram_params_B", "dram_total_B", "dram_fm_dense_B",
-    "dram_weights_dense_B", "eq8_fm_dense_B", "latency_placeholder_cycles",
-    "latency_placeholder_ms", "buffers_lower_bound_dense_B", "note",
+    "dram_weights_dense_B", "eq8_fm_dense_B", "latency_cycles",
+    "latency_ms", "buffers_lower_bound_dense_B", "note",
 )
 
 
@@ -332,8 +331,8 @@ def sweep_rows(result: NetworkResult) -> list[dict]:
             dram_fm_B=t.fm, dram_weights_B=t.weights, dram_params_B=t.params,
             dram_total_B=t.total, dram_fm_dense_B=t.fm_dense,
             dram_weights_dense_B=t.weights_dense, eq8_fm_dense_B=t.eq8_fm_dense,
-            latency_placeholder_cycles=round(e.latency),
-            latency_placeholder_ms=round(e.latency / (result.config.clock_mhz * 1e3), 4))
+            latency_cycles=round(e.latency),
+            latency_ms=round(e.latency / (result.config.clock_mhz * 1e3), 4))
         if result.lower_bounds is not None:
             row["buffers_lower_bound_dense_B"] = result.lower_bounds[e.policy.label]
         notes = []
@@ -383,8 +382,8 @@ def _plot(result: NetworkResult, path: Path) -> None:
                  "^--", ms=3, label="DRAM total, dense bytes")
     axes[1].set_ylabel("DRAM MB")
     axes[2].plot(xs, envelope(lambda e: e.latency / ms), "o-", ms=3, color="tab:red",
-                 label="PLACEHOLDER roofline latency")
-    axes[2].set_ylabel("ms (placeholder)")
+                 label="latency (cycle model)")
+    axes[2].set_ylabel("ms")
     axes[2].set_xlabel("cut-point L1 (blocks before it row reuse)" +
                        (" — each point the minimum over the other cut-points" if multi else ""))
     best = result.min_sram.policy.cuts[0]
@@ -393,7 +392,7 @@ def _plot(result: NetworkResult, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(f"{result.study.title} on {result.config.name}: SRAM, DRAM and latency vs "
-                 f"cut-point\n(cf. {FIG_17_CITATION}; latency is a placeholder)", fontsize=9)
+                 f"cut-point\n(cf. {FIG_17_CITATION}; latency from the cycle model)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -450,9 +449,13 @@ DEVIATIONS = """\
   Table IV's and VI's DRAM columns use the policy with the least DRAM traffic that fits the
   configuration (the paper picks the least latency under its constraints).
 - **DRAM bandwidth is an assumption** of the configuration (kcu1500: one 512-bit port,
-  12.8 GB/s); it enters only the placeholder latency, never SRAM or DRAM bytes.
-- **Latency** is the roofline PLACEHOLDER of `cutpoints.roofline_latency` until the
-  cycle-accurate model exists; Table IV's latency, GOPS and MAC efficiency are left to it.
+  12.8 GB/s); it enters the latency (cycle model), never SRAM or DRAM bytes.
+- **Latency** is the cycle model's (`sim/cycle.py`) for sfnpu's own microarchitecture on the
+  configuration: its controller runs one output-channel chunk over whole rows, streams
+  feature maps through one DMA port and has no DSP packing of the MAC-array schedule beyond
+  what the configuration states, so its MAC efficiency is its own, not the paper's design's.
+  Table IV's latency, GOPS and MAC efficiency are for the row's policy (least DRAM traffic in
+  the budget); the paper reports its latency-optimal policy. GOPS = 2 × conv MACs / latency.
 - **MB**: the paper does not say 10⁶ or 2²⁰ bytes; MB here is 10⁶, MiB is also given.
 """
 
@@ -659,13 +662,14 @@ def _dram_lines(result: NetworkResult, refs: Sequence[PaperPerformance]) -> list
             notes.append(f"- {name}: no policy fits {what}:\n\n```\n{why}\n```")
             continue
         r = _reduction(result, e)
+        perf = _performance(result, e)
         lines.append(f"| {name}, hardware bytes | {e.policy.label} | {_mb(r['fm'])} | "
                      f"{_mb(r['once'])} | {_mb(r['total'])} | {r['red']:.2%} | "
-                     f"{NEEDS_CYCLE_MODEL} | {e.requirements.bram18k} (eq. 7) |")
+                     f"{perf} | {e.requirements.bram18k} (eq. 7) |")
         lines.append(f"| {name}, dense bytes | {e.policy.label} | {_mb(r['fm_dense'])} | "
                      f"{_mb(r['once_dense'])} | "
                      f"{_mb(e.traffic.fm_dense + e.traffic.weights_dense)} | "
-                     f"{r['red_dense']:.2%} | {NEEDS_CYCLE_MODEL} | — |")
+                     f"{r['red_dense']:.2%} | (same policy) | — |")
         notes.append(f"- {name}: {_policy(result, e)} — the least DRAM traffic within {what}; "
                      f"SRAM {_mb(e.sram)}.")
         for p in refs:
@@ -700,6 +704,15 @@ def _dram_lines(result: NetworkResult, refs: Sequence[PaperPerformance]) -> list
     return lines
 
 
+def _performance(result: NetworkResult, e: Evaluation) -> str:
+    """Latency, GOPS and MAC efficiency of a policy's placed program (cycle model)."""
+    config = result.config
+    seconds = e.latency / (config.clock_mhz * 1e6)
+    macs = result.gop * 1e9 / 2
+    return (f"{seconds * 1e3:.2f} ms / {result.gop / seconds:.0f} / "
+            f"{macs / (e.latency * config.macs):.1%}")
+
+
 def _dense_input_bytes(result: NetworkResult) -> int:
     first = result.compiled.program.instructions[0]
     return first.in_c * first.in_h * first.in_w
@@ -715,7 +728,7 @@ def _fig16_lines(result: NetworkResult) -> list[str]:
     ms = result.config.clock_mhz * 1e3
     rows = [("fixed row reuse (baseline)", base), ("coarse-grained switching (min SRAM)", best)]
     lines = ["| scheme | policy | SRAM eq. 6 | dense SRAM | DRAM total | DRAM FM | "
-             "latency (PLACEHOLDER) |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+             "latency (cycle model) |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for name, e in rows:
         lines.append(f"| {name} | {e.policy.label} | {_mb(e.sram)} | {_mb(e.dense.sram)} | "
                      f"{_mb(e.traffic.total)} | {_mb(e.traffic.fm)} | "
@@ -725,10 +738,9 @@ def _fig16_lines(result: NetworkResult) -> list[str]:
         f"{base.dense.sram / best.dense.sram:.2f}× | "
         f"{base.traffic.total / best.traffic.total:.2f}× | "
         f"{base.traffic.fm / max(best.traffic.fm, 1):.2f}× | "
-        f"{base.latency / best.latency:.2f}× (placeholder) |",
+        f"{base.latency / best.latency:.2f}× faster |",
         f"| paper ({FIG_16_CITATION}) | {FIG_16.cut_layer} | {FIG_16.buffer_ratio}× smaller, "
-        f"{FIG_16.min_sram_mb} MB | | | | {FIG_16.speedup}× faster ({NEEDS_CYCLE_MODEL} to "
-        "compare) |", "",
+        f"{FIG_16.min_sram_mb} MB | | | | {FIG_16.speedup}× faster |", "",
         f"- Our first frame block is {_policy(result, best)}; the paper switches at "
         f"{FIG_16.cut_layer}, which is the same layer (Darknet counts the max-pools as layers; "
         "our groups fuse them).",
@@ -764,7 +776,7 @@ def network_markdown(result: NetworkResult, png: str, csv_name: str) -> str:
     lines = [f"# {s.title} — memory optimizer vs ShortcutFusion", "",
              f"- hardware: {c.summary()}",
              f"- DRAM bandwidth {c.dram_bandwidth_gbps} GB/s is an ASSUMPTION of the `{c.name}`"
-             " configuration; it enters only the placeholder latency",
+             " configuration; it enters the latency (cycle model), never SRAM or DRAM bytes",
              f"- ONNX nodes (QDQ) {result.compiled.imported.onnx_nodes} → groups "
              f"{len(result.compiled.groups)} → {result.blocks.summary()}",
              f"- {gop_line}",
@@ -785,7 +797,7 @@ def network_markdown(result: NetworkResult, png: str, csv_name: str) -> str:
                   *_fig16_lines(result)]
     lines += ["", "## SRAM, DRAM and latency vs cut-point (Fig. 17)", "",
               f"![sweep]({png})", "",
-              f"Latency in the plot and CSV: {PLACEHOLDER}.", "",
+              f"Latency in the plot and CSV: {LATENCY_SOURCE}.", "",
               "## Deviations from the paper", "", DEVIATIONS]
     return "\n".join(lines) + "\n"
 
@@ -841,14 +853,16 @@ def _iv_rows(r: NetworkResult) -> list[dict]:
                "paper_fm_MB": p.offchip_fm_mb if p else "",
                "paper_total_once_MB": p.total_once_mb if p else "",
                "paper_reduction_pct": p.reduction_pct if p else "",
-               "latency": NEEDS_CYCLE_MODEL, "gops": NEEDS_CYCLE_MODEL,
-               "mac_efficiency": NEEDS_CYCLE_MODEL}
+               "latency": "", "gops": "", "mac_efficiency": ""}
         if e is not None:
             x = _reduction(r, e)
             row.update(fm_B=x["fm"], fm_dense_B=x["fm_dense"], total_once_B=x["once"],
                        total_once_dense_B=x["once_dense"], offchip_total_B=x["total"],
                        reduction=round(x["red"], 4), reduction_dense=round(x["red_dense"], 4),
                        bram18k=e.requirements.bram18k)
+            seconds = e.latency / (r.config.clock_mhz * 1e6)
+            row.update(latency=round(seconds * 1e3, 3), gops=round(r.gop / seconds, 1),
+                       mac_efficiency=round(r.gop * 1e9 / 2 / (e.latency * r.config.macs), 4))
         rows.append(row)
     return rows
 
@@ -885,15 +899,16 @@ def write_summary(results: Sequence[NetworkResult], out: Path) -> list[Path]:
         lines.append(f"| {r.study.key} | {r.study.input_size or '—'} | "
                      f"{f'{p.min_buffer_mb} MB' if p else '—'} | {_mb(q)} | {ratio} | {_mb(d)} "
                      f"| {dratio} | {r.min_sram.policy.label} | {why} |")
-    lines += ["", "## DRAM traffic (Table IV / VI DRAM columns; latency, GOPS and MAC "
-              f"efficiency: {NEEDS_CYCLE_MODEL})", "",
+    lines += ["", "## Table IV / VI: DRAM traffic, latency, GOPS and MAC efficiency "
+              "(latency: the cycle model)", "",
               f"Budgets: *config* = the `{config.name}` buffers; *bram* = buffers sized per "
               "network with BRAM18K (eq. 7) ≤ the paper's count for that network (eq. 10), as "
               "the paper configures its accelerator per CNN. Policy: least DRAM traffic within "
               "the budget.", "",
               "| network | input | budget | policy | off-chip FMs ours / dense / paper | total "
-              "once ours / dense / paper | reduction ours / dense / paper |",
-              "| --- | ---: | --- | --- | ---: | ---: | ---: |"]
+              "once ours / dense / paper | reduction ours / dense / paper | latency ms ours / "
+              "paper | GOPS ours / paper | MAC eff. ours / paper |",
+              "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in results:
         p = r.study.table_iv or r.study.table_vi
         pf = f"{p.offchip_fm_mb} MB" if p else "—"
@@ -903,12 +918,16 @@ def write_summary(results: Sequence[NetworkResult], out: Path) -> list[Path]:
             head = f"| {r.study.key} | {r.study.input_size or '—'} | {row['budget']} | " \
                    f"{row['policy']} |"
             if "fm_B" not in row:
-                lines.append(head + " | | |")
+                lines.append(head + " | | | | | |")
                 continue
+            pl = f"{p.latency_ms}" if p and p.latency_ms else "—"
+            pg = f"{p.gops}" if p else "—"
+            pm = f"{p.mac_efficiency_pct} %" if p else "—"
             lines.append(f"{head} {_mb(row['fm_B'])} / {_mb(row['fm_dense_B'])} / {pf} | "
                          f"{_mb(row['total_once_B'])} / {_mb(row['total_once_dense_B'])} / "
                          f"{pt} | {row['reduction']:.2%} / {row['reduction_dense']:.2%} / "
-                         f"{pr} |")
+                         f"{pr} | {row['latency']} / {pl} | {row['gops']} / {pg} | "
+                         f"{row['mac_efficiency']:.1%} / {pm} |")
     lines += ["", "## Search times", "", "| network | candidates | segments | sweep s | "
               f"search on `{config.name}` s |", "| --- | ---: | --- | ---: | ---: |"]
     for r in results:

@@ -254,6 +254,7 @@ class CycleModel:
         row = passes * (max(p, f0) + (s.conv_w - 1) * max(p, f1))
         capacity = ROW_BUFFER_ROWS * s.places
         local_free = [0]                                   # the on-chip input reader
+        fifo_rows = max(1, self.row_words_max // s.row_words)
 
         # CHANNEL_SCALE reads its vector once, before the first result needs it.
         scale_ready = 0
@@ -263,7 +264,7 @@ class CycleModel:
         # Input rows: row r enters the FIFO once row r − 1 has left it for the row buffer,
         # and the row buffer takes row r once the reader's first row is above r − capacity.
         row_in = [0] * instr.in_h                          # cycle row r is in the row buffer
-        reader_start = []                                   # S(oy)
+        reader_moved = []                   # cycle the reader moved to output row oy
         next_row = 0
 
         def room(r):
@@ -273,35 +274,48 @@ class CycleModel:
             oy = 0
             while max(oy * instr.sh - instr.pad_top, 0) + capacity <= r:
                 oy += 1
-            return reader_start[oy] if oy < len(reader_start) else None
+            return reader_moved[oy] if oy < len(reader_moved) else None
+
+        in_fifo = [0] * instr.in_h                          # cycle row r is in the FIFO
+        next_in = [0]
 
         def fetch_rows(until):
+            """Read rows into the FIFO and move them into the row buffer as far as the
+            reader's position allows, up to row ``until``."""
             nonlocal next_row
             while next_row <= until:
                 r = next_row
-                allowed = room(r - 1) if r else 0
+                # A segment is commanded when the input FIFO (a row-buffer bank's words) has
+                # room for it, counting the words in flight: `fifo_rows` rows ahead.
+                allowed = room(r - fifo_rows) if r >= fifo_rows else 0
                 if allowed is None:
                     break
                 if in_dram:
-                    arrived = dram.read(allowed, row_bytes, s.in_blocks)
+                    in_fifo[r] = dram.read(allowed, row_bytes, s.in_blocks)
                 else:
                     # The local reader streams a granted segment a word per cycle and takes
                     # the next one in the cycle after it is idle.
-                    arrived = max(allowed, local_free[0]) + s.in_blocks * (instr.in_w + 1)
-                    local_free[0] = arrived
-                gate = room(r)
-                row_in[r] = max(arrived, row_in[r - 1] if r else 0,
-                                (gate or 0) + s.row_words) + 1
+                    in_fifo[r] = max(allowed, local_free[0]) + s.in_blocks * (instr.in_w + 1)
+                    local_free[0] = in_fifo[r]
                 next_row += 1
+            while next_in[0] < next_row and next_in[0] <= until:
+                r = next_in[0]
+                gate = room(r)
+                if gate is None:
+                    break
+                row_in[r] = max(in_fifo[r], row_in[r - 1] if r else 0, gate + s.row_words) + 1
+                next_in[0] += 1
 
         # Pass 1: the array, output row by output row (cycle its last result is out).
         end = 0
         results = []
         for oy in range(s.conv_h):
             y_end = min(oy * instr.sh - instr.pad_top + instr.kh, instr.in_h)
+            # The reader moves on after its last read of the previous row; rows behind the
+            # new first row become free then.
+            reader_moved.append(end)
             fetch_rows(y_end - 1)
             start = max(end, row_in[y_end - 1] + f0 + 2)
-            reader_start.append(start)
             # rows that fit behind this one are fetched meanwhile
             fetch_rows(min(instr.in_h - 1, max(oy * instr.sh - instr.pad_top, 0) + capacity))
             end = start + row
@@ -323,7 +337,7 @@ class CycleModel:
         latency = _post_latency(instr)
         for py in range(pooled_h):
             need, cost = self._post_row(instr, s, obs, py, pooled_h, pooled_w)
-            if instr.pool == Pool.AVG:
+            if instr.pool in (Pool.AVG, Pool.GLOBAL_AVG):
                 post = max(post, results[need]) + cost
             else:
                 post = max(post + cost, results[need])
@@ -363,7 +377,9 @@ class CycleModel:
         if instr.pool == Pool.NONE:
             return py, max(words, up * obs * pooled_w)
         if instr.pool == Pool.GLOBAL_AVG:
-            return s.conv_h - 1, obs * (self.L + Requantizer.LATENCY + 2)
+            # A block's sums are requantised lane by lane after its last beat; the next
+            # block's last beat waits for that unless its last segment is longer.
+            return s.conv_h - 1, obs * max(1, self.L + Requantizer.LATENCY + 2 - s.conv_w)
         k, stride, pad = instr.pool_size, instr.pool_stride, instr.pool_pad
         first = py * stride - pad
         need = min(first + k, s.conv_h) - 1
