@@ -1,0 +1,155 @@
+"""Dataflow restructuring (seeds/002): liveness, explore with α, spatial split with halos, and
+bit-exact equivalence of the branches with the original sub-graph on the golden model."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from sfnpu.compiler import restructure as rs
+from sfnpu.compiler.importer import import_model
+from sfnpu.compiler.passes import run_passes
+from sfnpu.compiler.quantize import CalibrationSource, quantize_model
+from sfnpu.compiler.restructure_check import check_on_golden
+from netbuild import Net
+
+REGRESS = os.environ.get("SFNPU_REGRESS") == "1"
+
+
+def ir_graph(tmp_path, net, outputs, name):
+    path = tmp_path / f"{name}.onnx"
+    quantize_model(net.model(outputs), path, CalibrationSource.arrays(net.samples(8)))
+    graph, _ = run_passes(import_model(path).graph)
+    return graph
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """Stencils of several sizes and strides, a residual add, a channel concat (with its
+    requantisation tables), a 2× upsample and a global pool that ends every split."""
+    n = Net((3, 20, 24), name="mixed")
+    a = n.op("Relu", [n.conv("x", 3, 8, 3)])
+    b = n.op("Relu", [n.conv(a, 8, 8, 3)])
+    s = n.op("Add", [a, b])
+    p = n.op("MaxPool", [s], kernel_shape=[2, 2], strides=[2, 2])
+    c = n.op("Relu", [n.conv(p, 8, 16, 3, stride=2)])
+    u = n.op("Resize", [c, "", n.const(np.array([1, 1, 2, 2]))], mode="nearest")
+    d = n.op("Relu", [n.conv(p, 8, 6, 5)])
+    cat = n.op("Concat", [u, d], axis=1)
+    e = n.conv(cat, 22, 8, 1)
+    out = n.op("GlobalAveragePool", [n.op("Relu", [e])])
+    return ir_graph(tmp_path_factory.mktemp("mixed"), n, [out], "mixed")
+
+
+def test_liveness_by_hand():
+    # x(4) → A(10) → B(6) → C(2), and C also reads x: x lives until C.
+    steps = [(("x",), ("A",)), (("A",), ("B",)), (("B", "x"), ("C",))]
+    sizes = dict(x=4, A=10, B=6, C=2)
+    assert rs.liveness(steps, sizes, ["x"], ["C"]) == [14, 20, 12]
+    with pytest.raises(rs.RestructureError, match="reads 'y'"):
+        rs.liveness([(("y",), ("A",))], dict(y=1, A=1), ["x"], ["A"])
+
+
+def test_profile_of_a_graph_is_the_liveness_of_its_node_order(mixed):
+    prof = rs.memory_profile(mixed)
+    assert len(prof.memory) == len(mixed.nodes)
+    size = {t: int(np.prod(v.shape)) for t, v in mixed.tensors.items()}
+    # the first node reads the input and writes its output; nothing else is alive yet
+    first = mixed.nodes[0]
+    assert prof.memory[0] == size[first.inputs[0]] + size[first.output]
+    assert prof.peak == max(prof.memory) and prof.memory[prof.peak_step] == prof.peak
+
+
+def test_explore_grows_as_alpha_falls(mixed):
+    sets = [rs.explore(mixed, a) for a in (0.9, 0.6, 0.3, 0.1)]
+    assert all(s for s in sets)
+    assert all(x <= y for x, y in zip(sets, sets[1:]))
+    assert len(sets[-1]) > len(sets[0])
+    crit = rs.memory_profile(mixed).memory
+    peak = max(crit)
+    assert {k for k in sets[0] if crit[k] == peak}       # seeded at the peak
+    assert all(mixed.nodes[k].op != "globalavgpool" for k in sets[-1])
+    with pytest.raises(rs.RestructureError, match="alpha 0"):
+        rs.explore(mixed, 0)
+
+
+@pytest.mark.parametrize("alpha,n_slices", [(0.9, (2, 2)), (0.5, (3, 2)), (0.3, (2, 4)),
+                                            (0.1, (4, 3)), (0.1, (3, 3))])
+def test_split_is_bit_exact_on_the_golden_model(mixed, alpha, n_slices):
+    r = rs.restructure(mixed, alpha, n_slices, hardware=True)
+    assert r is not None and len(r.branches) == n_slices[0] * n_slices[1]
+    eq = check_on_golden(r, seed=3)
+    assert eq.identical, eq.mismatches
+    assert eq.values == sum(int(np.prod(mixed.tensors[t].shape)) for t in r.joins)
+
+
+def test_a_wrong_halo_fails_the_check(mixed):
+    critical = rs.explore(mixed, 0.1, hardware=True)
+    good = rs.split(mixed, critical, (2, 2))
+    bad = rs.split(mixed, critical, (2, 2), halo_error=1)
+    assert check_on_golden(good).identical
+    eq = check_on_golden(bad)
+    assert not eq.identical and sum(eq.mismatches.values()) > 0
+
+
+def test_halos_cost_operations_and_one_slice_costs_none(mixed):
+    critical = rs.explore(mixed, 0.1)
+    one = rs.split(mixed, critical, (1, 1))
+    assert one.ops_after == one.ops_before == rs.graph_ops(mixed)
+    assert one.peak_after == one.peak_before      # one branch is the original schedule
+    many = rs.split(mixed, critical, (4, 4))
+    assert many.ops_after > many.ops_before
+    # every copy of a 3×3 stride-1 convolution reads one halo row/column beyond its region
+    conv = next(sn for b in many.branches for sn in b
+                if sn.node.op == "conv" and sn.node.consts["weight"].shape[2] == 3
+                and sn.node.attrs["stride"] == (1, 1) and sn.region.r0 > 0)
+    assert conv.inputs[0].r0 == conv.region.r0 - 1
+    assert conv.pads[0] == 0
+
+
+def test_splitting_lowers_the_peak(mixed):
+    r = rs.restructure(mixed, 0.3, (2, 2))
+    assert r.peak_after < r.peak_before and 0 < r.saving < 1
+    # the peak step's forks and joins stay whole: a lone add saves nothing
+    add = rs.split(mixed, [k for k, n in enumerate(mixed.nodes) if n.op == "add"], (2, 2))
+    assert add.peak_after == add.peak_before
+    assert len(r.after) >= len(mixed.nodes)
+
+
+def test_bad_requests_name_the_problem(mixed):
+    gap = next(k for k, n in enumerate(mixed.nodes) if n.op == "globalavgpool")
+    with pytest.raises(rs.RestructureError, match="cannot be split"):
+        rs.split(mixed, {gap}, (2, 2))
+    with pytest.raises(rs.RestructureError, match="n_slices"):
+        rs.split(mixed, rs.explore(mixed, 0.5), (0, 2))
+    with pytest.raises(rs.RestructureError, match="empty critical set"):
+        rs.split(mixed, set(), (2, 2))
+
+
+def _builder_graph(name, size, tmp_path):
+    from sfnpu.compiler.memory_report import study_model
+    path = study_model(SimpleNamespace(network=name, input_size=size, conv_only=False),
+                       tmp_path)
+    graph, _ = run_passes(import_model(path).graph)
+    return graph
+
+
+NETWORKS = [("squeezenet1_1", 64), ("mobilenet_v2", 64)] + (
+    [("inception_v3", 107), ("vgg16", 32), ("resnet18", 64)] if REGRESS else [])
+
+
+@pytest.mark.parametrize("name,size", NETWORKS)
+def test_paper_networks_are_bit_exact_on_the_golden_model(name, size, tmp_path):
+    graph = _builder_graph(name, size, tmp_path)
+    done = 0
+    for alpha, n in [(0.5, (2, 2)), (0.2, (3, 4))]:
+        r = rs.restructure(graph, alpha, n, hardware=True)
+        if r is None:
+            continue
+        eq = check_on_golden(r)
+        assert eq.identical, (name, alpha, n, eq.mismatches)
+        done += 1
+    assert done
