@@ -6,6 +6,7 @@
 #   make docs     regenerate docs/ and firmware/include/ (ISA, DRAM image, registers)
 #   make report   memory optimizer vs the paper's tables for every paper network (build/report)
 #   make modules  module-level allocation of Inception-V3 beside Kim et al.'s Table 1 (build/modules)
+#   make restructure  dataflow restructuring vs Cipolletta & Calimera (build/restructure)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -21,7 +22,7 @@ CONFIG ?= tiny
 SEED   ?= 0
 JOBS   ?= auto
 
-.PHONY: all test sim regress bench report modules verilog bitstream firmware docs clean venv
+.PHONY: all test sim regress bench report modules restructure verilog bitstream firmware docs clean venv
 
 all: test
 
@@ -49,7 +50,7 @@ docs: $(STAMP)
 modules: $(STAMP)
 	$(RUN) $(PY) -m sfnpu.cli modules inception_v3
 
-bench report verilog bitstream firmware: $(STAMP)
+bench report restructure verilog bitstream firmware: $(STAMP)
 	$(RUN) $(PY) -m sfnpu.cli $@
 
 clean:

@@ -1,10 +1,12 @@
-"""Published figures the memory optimizer is compared with — quoted as reference data, in one
-place.
+"""Published figures the compiler's optimizations are compared with — quoted as reference data,
+in one place.
 
 Source: D. T. Nguyen, H. Je, T. N. Nguyen, S. Ryu, K. Lee, H.-J. Lee, "ShortcutFusion: From
 Tensorflow to FPGA-based accelerator with reuse-aware memory allocation for shortcut data"
 (seeds/003), Sec. V, Tables II, III, IV and VI and Fig. 16 (KCU1500, 8-bit, Ti = To = 64).
 The paper writes "MB" without saying whether it means 10⁶ or 2²⁰ bytes; reports show both.
+
+Later sections quote Kim et al. (seeds/000–001) and Cipolletta & Calimera (seeds/002).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from dataclasses import dataclass
 __all__ = ["PaperMinBuffer", "TABLE_II", "PaperVgg", "TABLE_III", "CITATION", "PaperPerformance",
            "TABLE_IV", "TABLE_VI", "PaperFig16", "FIG_16", "TABLE_IV_CITATION",
            "TABLE_VI_CITATION", "FIG_16_CITATION", "FIG_17_CITATION", "KIM_CITATION",
-           "KimModule", "KIM_TABLE_1", "KIM_TOTAL", "KIM_SRAM_KB"]
+           "KimModule", "KIM_TABLE_1", "KIM_TOTAL", "KIM_SRAM_KB", "RESTRUCTURE_CITATION",
+           "PaperRestructure", "RESTRUCTURE_TABLE_II", "RESTRUCTURE_TABLE_III",
+           "RESTRUCTURE_AVERAGE_II", "RESTRUCTURE_AVERAGE_III", "RESTRUCTURE_SWEEP_SECONDS"]
 
 CITATION = ("Nguyen et al., ShortcutFusion, Sec. V-B, "
             "Table II (minimum buffer size) and Table III (VGG-CONV)")
@@ -176,3 +180,46 @@ KIM_TABLE_1: tuple[KimModule, ...] = (
 )
 #: The table's total row (feature-map reduction 97.59 %, overall 47.14 %).
 KIM_TOTAL = KimModule("total", "", 21073.5, 24904, 45977.5, 600, 21673.5, 100, 100, 1, 3)
+
+
+# --------------------------------------------------------------------------------------------
+# Cipolletta & Calimera, dataflow restructuring (seeds/002), Tables II and III
+# --------------------------------------------------------------------------------------------
+
+RESTRUCTURE_CITATION = ("A. Cipolletta, A. Calimera, \"Dataflow Restructuring for Active Memory "
+                        "Reduction in Deep Neural Networks\", DATE 2021 (seeds/002), Sec. V, "
+                        "Tables II and III")
+
+
+@dataclass(frozen=True)
+class PaperRestructure:
+    """One row of Table II (``n_slices`` = 2h × 2w) or Table III (best ``n_slices``) at α_opt:
+    peak activation memory saving and extra operations, both relative to the original model."""
+    network: str             # our builder name
+    label: str
+    alpha: float
+    n_slices: tuple[int, int]      # (h, w)
+    saving_pct: float
+    overhead_pct: float
+
+
+RESTRUCTURE_TABLE_II: tuple[PaperRestructure, ...] = (
+    PaperRestructure("vgg16", "VGG-16", 0.4, (2, 2), 67.5, 1.1),
+    PaperRestructure("mobilenet_v2", "MobileNetV2", 0.3, (2, 2), 60.5, 3.0),
+    PaperRestructure("squeezenet1_1", "SqueezeNetV1.1", 0.2, (2, 2), 48.4, 3.1),
+    PaperRestructure("resnet18", "ResNet18", 0.4, (2, 2), 41.6, 11.9),
+    PaperRestructure("inception_v3", "InceptionV3", 0.6, (2, 2), 53.5, 1.4),
+)
+RESTRUCTURE_TABLE_III: tuple[PaperRestructure, ...] = (
+    PaperRestructure("vgg16", "VGG-16", 0.4, (2, 4), 75.0, 2.3),
+    PaperRestructure("mobilenet_v2", "MobileNetV2", 0.3, (3, 4), 77.3, 7.8),
+    PaperRestructure("squeezenet1_1", "SqueezeNetV1.1", 0.2, (2, 2), 48.4, 3.1),
+    PaperRestructure("resnet18", "ResNet18", 0.4, (3, 3), 48.8, 25.7),
+    PaperRestructure("inception_v3", "InceptionV3", 0.6, (3, 3), 64.9, 3.9),
+)
+#: Averages printed under the tables (saving %, overhead %).
+RESTRUCTURE_AVERAGE_II = (54.3, 4.1)
+RESTRUCTURE_AVERAGE_III = (62.9, 8.6)
+#: Sec. V: the sweep over nine α values took 82 s (SqueezeNetV1.1, fastest) to 375 s
+#: (InceptionV3, slowest), single core, Intel i7-8700K.
+RESTRUCTURE_SWEEP_SECONDS = {"squeezenet1_1": 82.0, "inception_v3": 375.0}

@@ -40,6 +40,7 @@ from .ir import Graph, IRError, Node
 __all__ = [
     "RestructureError", "Region", "Profile", "SliceNode", "Restructured", "SPLITTABLE_OPS",
     "memory_profile", "liveness", "node_ops", "graph_ops", "splittable", "explore", "split",
+    "split_blocks", "SplitBlock",
     "restructure",
 ]
 
@@ -228,31 +229,41 @@ def _reach(start: set[int], links: list[set[int]]) -> set[int]:
 
 
 def explore(graph: Graph, alpha: float, profile: Profile | None = None,
-            hardware: bool = False) -> frozenset[int]:
+            hardware: bool = False, light: bool = False) -> frozenset[int]:
     """Indices of the nodes of the critical sub-graph for ``alpha`` (empty when nothing can be
     split). Seeds: the nodes at the peak (or, when none of them can be split, the splittable
-    nodes of highest criticality); growth: producers of the set's
-    frontier, then consumers, while their criticality is ≥ ``alpha · peak``; closure: nodes on a
-    path from the set back into it (otherwise a branch would wait for the join it feeds).
-    ``hardware``: see :func:`splittable`."""
+    nodes of highest criticality); growth: producers of the set's frontier, then consumers,
+    while their criticality is ≥ ``alpha · peak``; closure: nodes on a path from the set back
+    into it (otherwise a branch would wait for the join it feeds). ``hardware``: see
+    :func:`splittable`; ``light``: see :func:`_lighten`."""
     if not 0 < alpha <= 1:
         raise RestructureError(f"alpha {alpha}: must be in (0, 1]")
     profile = memory_profile(graph) if profile is None else profile
-    crit, peak = profile.memory, profile.peak
+    crit = profile.memory
     ok = [splittable(graph, n, hardware) for n in graph.nodes]
-    preds, succs = _links(graph)
     if not any(ok):
         return frozenset()
-    # Seeds: the splittable nodes of highest criticality — the peak itself when it can be split
     top = max(m for m, can in zip(crit, ok) if can)
-    chosen = {k for k, m in enumerate(crit) if m == top and ok[k]}
+    seeds = {k for k, m in enumerate(crit) if m == top and ok[k]}
+    return _grow(graph, seeds, crit, alpha * profile.peak, ok, light)
+
+
+def _grow(graph: Graph, seeds: set[int], crit: Sequence[int], limit: float,
+          ok: Sequence[bool], light: bool = False) -> frozenset[int]:
+    """EXPLORE's growth from ``seeds`` over nodes with ``ok`` and criticality ≥ ``limit``,
+    then (``light``) :func:`_lighten`, then the convex closure (empty when the closure needs a
+    node without ``ok``)."""
+    preds, succs = _links(graph)
+    chosen = set(seeds)
     for links in (preds, succs):
         while True:
             grow = {m for k in chosen for m in links[k]
-                    if m not in chosen and ok[m] and crit[m] >= alpha * peak}
+                    if m not in chosen and ok[m] and crit[m] >= limit}
             if not grow:
                 break
             chosen |= grow
+    if light:
+        _lighten(graph, chosen, ok, preds, succs)
     while True:
         inner = (_reach(chosen, succs) & _reach(chosen, preds)) - chosen
         if not inner:
@@ -260,6 +271,39 @@ def explore(graph: Graph, alpha: float, profile: Profile | None = None,
         if not all(ok[k] for k in inner):
             return frozenset()       # a path leaves through a node that cannot be split
         chosen |= inner
+
+
+def _lighten(graph: Graph, chosen: set[int], ok: Sequence[bool], preds: list[set[int]],
+             succs: list[set[int]]) -> None:
+    """Move the set's fork and join points to lighter tensors (an extension of the paper):
+    take in the producer of a fork read only inside the set when the inputs it would add are
+    smaller (an input the set reads already adds nothing), and the sole consumer of a join when its output is smaller. Forks and joins stay
+    whole while every branch runs, so their size is a floor under the new peak."""
+    size = [_size(graph, n.output) for n in graph.nodes]
+    index = {n.output: k for k, n in enumerate(graph.nodes)}
+    outputs = set(graph.outputs)
+    changed = True
+    while changed:
+        changed = False
+        for k in sorted(chosen):
+            for p in preds[k]:
+                if p in chosen or not ok[p] or not succs[p] <= chosen:
+                    continue
+                if graph.nodes[p].output in outputs:
+                    continue
+                forks = {t for m in chosen for t in graph.nodes[m].inputs}
+                fresh = sum(_size(graph, t) for t in set(graph.nodes[p].inputs)
+                            if index.get(t) not in chosen and t not in forks)
+                if fresh < size[p]:
+                    chosen.add(p)
+                    changed = True
+            users = succs[k]
+            if len(users) != 1 or graph.nodes[k].output in outputs:
+                continue
+            (c,) = users
+            if c not in chosen and ok[c] and size[c] < size[k] and preds[c] <= chosen:
+                chosen.add(c)
+                changed = True
 
 
 # --------------------------------------------------------------------------------------------
@@ -314,21 +358,119 @@ def _align(graph: Graph, node: Node, need: Region) -> Region:
                   min(w, -(-need.c1 // 2) * 2))
 
 
+def _tiles(graph: Graph, joins: Sequence[str], n_h: int, n_w: int) -> list[dict[str, Region]]:
+    tiles: list[dict[str, Region]] = [{} for _ in range(n_h * n_w)]
+    for t in joins:
+        _, h, w = graph.tensors[t].shape
+        rows, cols = _bounds(h, n_h), _bounds(w, n_w)
+        for i in range(n_h):
+            for j in range(n_w):
+                tiles[i * n_w + j][t] = Region(rows[i], rows[i + 1], cols[j], cols[j + 1])
+    return tiles
+
+
+def _branch(graph: Graph, nodes: Sequence[Node], tiles: Mapping[str, Region],
+            halo_error: int) -> tuple[SliceNode, ...]:
+    """One branch, propagated backwards from its tiles: each copy computes the union of what
+    its consumers read (aligned for an upsample)."""
+    need: dict[str, Region] = {t: r for t, r in tiles.items() if not r.empty}
+    copies: list[SliceNode] = []
+    for node in reversed(nodes):
+        wanted = need.get(node.output)
+        if wanted is None or wanted.empty:
+            continue
+        region = _align(graph, node, wanted)
+        ins, pads = _input_regions(graph, node, region, halo_error)
+        for t, r in zip(node.inputs, ins):
+            need[t] = r.union(need.get(t))
+        copies.append(SliceNode(node, region, ins, pads))
+    copies.reverse()
+    return tuple(copies)
+
+
+@dataclass(frozen=True)
+class SplitBlock:
+    """One critical sub-graph split into branches."""
+    critical: tuple[int, ...]                   # node indices, in schedule order
+    forks: tuple[str, ...]                      # tensors it reads from outside
+    joins: tuple[str, ...]                      # tensors it hands on
+    tiles: tuple[Mapping[str, Region], ...]     # per branch: join → the tile it writes
+    branches: tuple[tuple[SliceNode, ...], ...]
+
+    def key(self, tensor: str, branch: int) -> str:
+        """The tensor a branch's copy writes: the join itself when the copy computes exactly
+        its tile, otherwise a private map (its region includes halo rows other copies read)."""
+        sn = next((s for s in self.branches[branch] if s.node.output == tensor), None)
+        tile = self.tiles[branch].get(tensor)
+        if sn is not None and tile is not None and sn.region == tile:
+            return tensor
+        return f"{tensor}@{branch}"
+
+
+def _split_block(graph: Graph, critical: frozenset[int], n_h: int, n_w: int,
+                 halo_error: int) -> SplitBlock:
+    nodes = [graph.nodes[k] for k in sorted(critical)]
+    made = {n.output for n in nodes}
+    forks = tuple(dict.fromkeys(t for n in nodes for t in n.inputs if t not in made))
+    read_outside = {t for k, n in enumerate(graph.nodes) if k not in critical
+                    for t in n.inputs} | set(graph.outputs)
+    joins = tuple(n.output for n in nodes if n.output in read_outside)
+    tiles = _tiles(graph, joins, n_h, n_w)
+    return SplitBlock(tuple(sorted(critical)), forks, joins, tuple(tiles),
+                      tuple(_branch(graph, nodes, t, halo_error) for t in tiles))
+
+
+def _block_order(graph: Graph, blocks: Sequence[frozenset[int]]) -> list[int]:
+    """Stable topological order of the nodes outside the blocks (their index) and the blocks
+    (``-1 - j``), each block placed as early as its inputs allow at the rank of its first
+    node; every other node keeps its relative order."""
+    preds, _ = _links(graph)
+    item = list(range(len(graph.nodes)))
+    for j, blk in enumerate(blocks):
+        for k in blk:
+            item[k] = -1 - j
+    deps: dict[int, set[int]] = {}
+    prio: dict[int, int] = {}
+    for k in range(len(graph.nodes)):
+        deps.setdefault(item[k], set()).update(item[p] for p in preds[k] if item[p] != item[k])
+        prio[item[k]] = min(prio.get(item[k], k), k)
+    users: dict[int, set[int]] = {}
+    for i, ds in deps.items():
+        for d in ds:
+            users.setdefault(d, set()).add(i)
+    waiting = {i: len(ds) for i, ds in deps.items()}
+    ready = [(prio[i], i) for i, n in waiting.items() if n == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        order.append(i)
+        for u in users.get(i, ()):
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, (prio[u], u))
+    if len(order) != len(deps):
+        raise RestructureError("a critical set is not convex: a path leaves it and comes "
+                               "back; use explore() to choose the sets")
+    return order
+
+
 @dataclass(frozen=True)
 class Restructured:
-    """A graph with its critical sub-graph split into ``n_h × n_w`` branches."""
+    """A graph with one or more critical sub-graphs split into ``n_h × n_w`` branches each."""
     graph: Graph
     alpha: float | None
     n_slices: tuple[int, int]                   # (n_h, n_w)
-    critical: tuple[int, ...]                   # node indices, in schedule order
-    forks: tuple[str, ...]
-    joins: tuple[str, ...]
-    tiles: tuple[Mapping[str, Region], ...]     # per branch: join → the tile it writes
-    branches: tuple[tuple[SliceNode, ...], ...]
+    blocks: tuple[SplitBlock, ...]
     before: Profile
     after: tuple[int, ...]                      # working memory per step of the new schedule
+    where: tuple[tuple[int, int], ...]          # per step: (node index, branch or -1)
     ops_before: int
     ops_after: int
+
+    @property
+    def critical(self) -> tuple[int, ...]:
+        return tuple(sorted(k for b in self.blocks for k in b.critical))
 
     @property
     def peak_before(self) -> int:
@@ -348,72 +490,60 @@ class Restructured:
         """Extra operations relative to the whole original graph."""
         return self.ops_after / self.ops_before - 1
 
-    def key(self, tensor: str, branch: int) -> str:
-        """The tensor a branch's copy writes: the join itself when the copy computes exactly
-        its tile, otherwise a private map (its region includes halo rows other copies read)."""
-        sn = next((s for s in self.branches[branch] if s.node.output == tensor), None)
-        tile = self.tiles[branch].get(tensor)
-        if sn is not None and tile is not None and sn.region == tile:
-            return tensor
-        return f"{tensor}@{branch}"
 
-
-def _tiles(graph: Graph, joins: Sequence[str], n_h: int, n_w: int) -> list[dict[str, Region]]:
-    tiles: list[dict[str, Region]] = [{} for _ in range(n_h * n_w)]
-    for t in joins:
-        _, h, w = graph.tensors[t].shape
-        rows, cols = _bounds(h, n_h), _bounds(w, n_w)
-        for i in range(n_h):
-            for j in range(n_w):
-                tiles[i * n_w + j][t] = Region(rows[i], rows[i + 1], cols[j], cols[j + 1])
-    return tiles
-
-
-def _branch(graph: Graph, nodes: Sequence[Node], tiles: Mapping[str, Region],
-            halo_error: int) -> tuple[SliceNode, ...]:
-    need: dict[str, Region] = {t: r for t, r in tiles.items() if not r.empty}
-    copies: list[SliceNode] = []
-    for node in reversed(nodes):
-        wanted = need.get(node.output)
-        if wanted is None or wanted.empty:
+def split_blocks(graph: Graph, critical_sets: Sequence[Sequence[int] | frozenset[int]],
+                 n_slices: tuple[int, int], alpha: float | None = None,
+                 halo_error: int = 0) -> Restructured:
+    """Split every (disjoint, convex) critical set into ``n_h × n_w`` branches and schedule
+    the result: outside the blocks the original order, each block's branches one after
+    another."""
+    n_h, n_w = n_slices
+    if n_h < 1 or n_w < 1:
+        raise RestructureError(f"n_slices {n_slices}: both counts must be ≥ 1")
+    sets = [frozenset(c) for c in critical_sets]
+    seen: set[int] = set()
+    for crit in sets:
+        if not crit:
+            raise RestructureError("empty critical set: nothing to split")
+        if crit & seen:
+            raise RestructureError(f"critical sets overlap at nodes {sorted(crit & seen)}")
+        seen |= crit
+        for k in crit:
+            if not splittable(graph, graph.nodes[k]):
+                n = graph.nodes[k]
+                raise RestructureError(
+                    f"node {n.name!r} ({n.op}) cannot be split spatially; splittable: "
+                    f"{', '.join(sorted(SPLITTABLE_OPS))} on maps larger than 1×1")
+    blocks = tuple(_split_block(graph, c, n_h, n_w, halo_error) for c in sets)
+    sizes = {t: _size(graph, t) for t in graph.tensors}
+    steps: list[Step] = []
+    where: list[tuple[int, int]] = []
+    for i in _block_order(graph, sets):
+        if i >= 0:
+            n = graph.nodes[i]
+            steps.append((n.inputs, (n.output,)))
+            where.append((i, -1))
             continue
-        region = _align(graph, node, wanted)
-        ins, pads = _input_regions(graph, node, region, halo_error)
-        for t, r in zip(node.inputs, ins):
-            need[t] = r.union(need.get(t))
-        copies.append(SliceNode(node, region, ins, pads))
-    copies.reverse()
-    return tuple(copies)
-
-
-def _block_order(graph: Graph, critical: frozenset[int], preds: list[set[int]]) -> list[int]:
-    """Stable topological order with the critical set as one item (-1) placed as early as
-    its inputs allow; every other node keeps its relative order."""
-    block = min(critical)
-    item = [(-1 if k in critical else k) for k in range(len(graph.nodes))]
-    deps: dict[int, set[int]] = {-1: set()}
-    for k in range(len(graph.nodes)):
-        deps.setdefault(item[k], set()).update(item[p] for p in preds[k] if item[p] != item[k])
-    users: dict[int, set[int]] = {}
-    for i, ds in deps.items():
-        for d in ds:
-            users.setdefault(d, set()).add(i)
-    waiting = {i: len(ds) for i, ds in deps.items()}
-    prio = {i: (block if i == -1 else i) for i in deps}
-    ready = [(prio[i], i) for i, n in waiting.items() if n == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        _, i = heapq.heappop(ready)
-        order.append(i)
-        for u in users.get(i, ()):
-            waiting[u] -= 1
-            if waiting[u] == 0:
-                heapq.heappush(ready, (prio[u], u))
-    if len(order) != len(deps):
-        raise RestructureError("the critical set is not convex: a path leaves it and comes "
-                               "back; use explore() to choose the set")
-    return order
+        blk = blocks[-1 - i]
+        index = {graph.nodes[k].output: k for k in blk.critical}
+        for b, copies in enumerate(blk.branches):
+            for sn in copies:
+                reads = tuple(t if t in blk.forks else blk.key(t, b) for t in sn.node.inputs)
+                out = blk.key(sn.node.output, b)
+                if out != sn.node.output:
+                    sizes[out] = graph.tensors[sn.node.output].shape[0] * prod(sn.region.hw)
+                # a join is allocated by the first copy that writes a tile of it
+                store = (sn.node.output,) if sn.node.output in blk.joins and \
+                    out != sn.node.output else ()
+                steps.append((reads, (out, *store)))
+                where.append((index[sn.node.output], b))
+    after = liveness(steps, sizes, graph.inputs, graph.outputs)
+    ops_before = graph_ops(graph)
+    ops = ops_before + sum(
+        node_ops(graph, sn.node, sn.region.hw) for blk in blocks for copies in blk.branches
+        for sn in copies) - sum(node_ops(graph, graph.nodes[k]) for k in seen)
+    return Restructured(graph, alpha, (n_h, n_w), blocks, memory_profile(graph), tuple(after),
+                        tuple(where), ops_before, ops)
 
 
 def split(graph: Graph, critical: Sequence[int] | frozenset[int], n_slices: tuple[int, int],
@@ -423,60 +553,46 @@ def split(graph: Graph, critical: Sequence[int] | frozenset[int], n_slices: tupl
     ``halo_error`` > 0 deliberately drops up to that many halo rows and columns of every
     convolution at interior tile edges (replacing them by padding); it exists to show that the
     equivalence check fails."""
-    n_h, n_w = n_slices
-    if n_h < 1 or n_w < 1:
-        raise RestructureError(f"n_slices {n_slices}: both counts must be ≥ 1")
-    crit = frozenset(critical)
-    if not crit:
-        raise RestructureError("empty critical set: nothing to split")
-    for k in crit:
-        if not splittable(graph, graph.nodes[k]):
-            n = graph.nodes[k]
-            raise RestructureError(f"node {n.name!r} ({n.op}) cannot be split spatially; "
-                                   f"splittable: {', '.join(sorted(SPLITTABLE_OPS))} on maps "
-                                   "larger than 1×1")
-    nodes = [graph.nodes[k] for k in sorted(crit)]
-    made = {n.output for n in nodes}
-    forks = tuple(dict.fromkeys(t for n in nodes for t in n.inputs if t not in made))
-    outside = [n for k, n in enumerate(graph.nodes) if k not in crit]
-    read_outside = {t for n in outside for t in n.inputs} | set(graph.outputs)
-    joins = tuple(n.output for n in nodes if n.output in read_outside)
-    tiles = _tiles(graph, joins, n_h, n_w)
-    branches = tuple(_branch(graph, nodes, t, halo_error) for t in tiles)
-
-    preds, _ = _links(graph)
-    order = _block_order(graph, crit, preds)
-    draft = Restructured(graph, alpha, (n_h, n_w), tuple(sorted(crit)), forks, joins,
-                         tuple(tiles), branches, memory_profile(graph), (), graph_ops(graph), 0)
-    sizes = {t: _size(graph, t) for t in graph.tensors}
-    steps: list[Step] = []
-    for i in order:
-        if i != -1:
-            n = graph.nodes[i]
-            steps.append((n.inputs, (n.output,)))
-            continue
-        for b, copies in enumerate(branches):
-            for sn in copies:
-                reads = tuple(t if t in forks else draft.key(t, b) for t in sn.node.inputs)
-                out = draft.key(sn.node.output, b)
-                if out != sn.node.output:
-                    sizes[out] = graph.tensors[sn.node.output].shape[0] * prod(sn.region.hw)
-                # a join is allocated by the first copy that writes a tile of it
-                store = (sn.node.output,) if sn.node.output in joins and out != sn.node.output \
-                    else ()
-                steps.append((reads, (out, *store)))
-    after = liveness(steps, sizes, graph.inputs, graph.outputs)
-    ops = draft.ops_before - sum(node_ops(graph, n) for n in nodes) + sum(
-        node_ops(graph, sn.node, sn.region.hw) for copies in branches for sn in copies)
-    return Restructured(graph, alpha, (n_h, n_w), draft.critical, forks, joins, tuple(tiles),
-                        branches, draft.before, tuple(after), draft.ops_before, ops)
+    return split_blocks(graph, [critical], n_slices, alpha, halo_error)
 
 
 def restructure(graph: Graph, alpha: float, n_slices: tuple[int, int],
-                profile: Profile | None = None, hardware: bool = False) -> Restructured | None:
+                profile: Profile | None = None, hardware: bool = False,
+                rounds: int = 1, light: bool = False) -> Restructured | None:
     """Algorithm 1 of the paper: explore with ``alpha``, then split into ``n_slices``; None
-    when no critical sub-graph can be split. ``hardware``: see :func:`splittable`."""
-    critical = explore(graph, alpha, profile, hardware)
+    when no critical sub-graph can be split. ``hardware``: see :func:`splittable`.
+
+    ``rounds`` > 1 repeats it (an extension of the paper): while the new peak is at a node
+    outside every block, explore again from that node on the new schedule's criticality
+    (excluding the blocks' nodes) and split that set too, as long as the peak keeps falling.
+    ``light`` moves fork and join points to lighter tensors (:func:`_lighten`)."""
+    profile = memory_profile(graph) if profile is None else profile
+    critical = explore(graph, alpha, profile, hardware, light)
     if not critical:
         return None
-    return split(graph, critical, n_slices, alpha)
+    sets = [critical]
+    best = split_blocks(graph, sets, n_slices, alpha)
+    ok = [splittable(graph, n, hardware) for n in graph.nodes]
+    for _ in range(rounds - 1):
+        peak = best.peak_after
+        node, branch = best.where[best.after.index(peak)]
+        taken = set(best.critical)
+        allowed = [can and k not in taken for k, can in enumerate(ok)]
+        if branch >= 0 or not allowed[node]:
+            break                    # the peak is inside a block or cannot be split
+        crit = [0] * len(graph.nodes)
+        for step, (k, b) in enumerate(best.where):
+            if b < 0:
+                crit[k] = best.after[step]
+        new = _grow(graph, {node}, crit, alpha * peak, allowed, light)
+        if not new:
+            break
+        try:
+            candidate = split_blocks(graph, sets + [new], n_slices, alpha)
+        except RestructureError:
+            break                    # the new set would make the blocks depend on each other
+        if candidate.peak_after >= peak:
+            break
+        sets.append(new)
+        best = candidate
+    return best

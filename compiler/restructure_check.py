@@ -25,7 +25,7 @@ from sfnpu.sim.golden import GoldenModel
 from .codegen import generate
 from .groups import fuse
 from .ir import Graph, Node, Tensor
-from .restructure import Region, Restructured, RestructureError
+from .restructure import Region, Restructured, RestructureError, SplitBlock
 
 __all__ = ["Equivalence", "run_node", "check_on_golden"]
 
@@ -88,18 +88,31 @@ def _random_codes(graph: Graph, name: str, rng: np.random.Generator) -> np.ndarr
 
 def check_on_golden(r: Restructured, seed: int = 0, config: HwConfig | None = None
                     ) -> Equivalence:
-    """Run the critical sub-graph as it was and as branches on the golden model, from the same
-    random input codes; compare every join tensor."""
+    """Run each critical sub-graph as it was and as branches on the golden model, from the
+    same random input codes; compare every join tensor."""
     graph = r.graph
     rng = np.random.default_rng(seed)
-    inputs = {t: _random_codes(graph, t, rng) for t in r.forks}
-    whole = dict(inputs)
-    for k in r.critical:
-        node = graph.nodes[k]
-        whole[node.output] = run_node(graph, node, whole, config=config)
+    mismatches: dict[str, int] = {}
+    values = 0
+    for blk in r.blocks:
+        inputs = {t: _random_codes(graph, t, rng) for t in blk.forks}
+        whole = dict(inputs)
+        for k in blk.critical:
+            node = graph.nodes[k]
+            whole[node.output] = run_node(graph, node, whole, config=config)
+        joined = _run_branches(graph, blk, inputs, config)
+        for t in blk.joins:
+            mismatches[t] = int(np.count_nonzero(joined[t] != whole[t]))
+            values += whole[t].size
+    return Equivalence(mismatches, values)
 
-    joined = {t: np.zeros_like(whole[t]) for t in r.joins}
-    for b, copies in enumerate(r.branches):
+
+def _run_branches(graph: Graph, blk: SplitBlock, inputs: Mapping[str, np.ndarray],
+                  config: HwConfig | None) -> dict[str, np.ndarray]:
+    """Every branch of a block from the same inputs; the join tensors assembled from tiles."""
+    joined = {t: np.zeros(graph.tensors[t].shape, graph.tensors[t].qtype.dtype)
+              for t in blk.joins}
+    for b, copies in enumerate(blk.branches):
         computed: dict[str, tuple[Region, np.ndarray]] = {
             t: (Region.whole(graph.tensors[t].shape), v) for t, v in inputs.items()}
         for sn in copies:
@@ -109,10 +122,9 @@ def check_on_golden(r: Restructured, seed: int = 0, config: HwConfig | None = No
                 feed[t] = need.within(have).crop(codes)
             y = run_node(graph, sn.node, feed, sn.region.hw, sn.pads, config)
             computed[sn.node.output] = (sn.region, y)
-        for t, tile in r.tiles[b].items():
+        for t, tile in blk.tiles[b].items():
             if tile.empty:
                 continue
             have, codes = computed[t]
             joined[t][:, tile.r0:tile.r1, tile.c0:tile.c1] = tile.within(have).crop(codes)
-    mismatches = {t: int(np.count_nonzero(joined[t] != whole[t])) for t in r.joins}
-    return Equivalence(mismatches, sum(whole[t].size for t in r.joins))
+    return joined

@@ -490,6 +490,29 @@ def cmd_modules(args) -> int:
     return 0
 
 
+def cmd_restructure(args) -> int:
+    from .compiler.builders import BUILDERS, DEFAULT_INPUT_SIZE
+    from .compiler.restructure_report import NETWORKS, run_report as run_restructure
+
+    networks = list(NETWORKS)
+    if args.networks:
+        unknown = [n for n in args.networks if n not in BUILDERS]
+        if unknown:
+            raise CliError(f"unknown network {', '.join(unknown)}; builders: "
+                           f"{', '.join(BUILDERS)}")
+        paper = dict(NETWORKS)
+        networks = [(n, args.size or paper.get(n, DEFAULT_INPUT_SIZE[n]))
+                    for n in args.networks]
+    elif args.size:
+        networks = [(n, args.size) for n, _ in networks]
+    command = "sfnpu restructure " + " ".join(
+        [*args.networks, *([f"--size {args.size}"] if args.size else []),
+         *(["--no-verify"] if args.no_verify else [])])
+    run_restructure(networks, Path(args.out), verify=not args.no_verify, console=console,
+                    command=command.strip())
+    return 0
+
+
 def cmd_report(args) -> int:
     from .compiler.reports import ReportError, resolve_studies, run_report
 
@@ -583,6 +606,17 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument("--size", type=int, help="input size for builders (default: theirs)")
     mo.add_argument("--out", default="build/modules", help="output folder")
     mo.set_defaults(func=cmd_modules)
+
+    rs = sub.add_parser("restructure", help="dataflow restructuring sweep vs Cipolletta & "
+                        "Calimera, Tables II–III (markdown, CSV, PNG)")
+    rs.add_argument("networks", nargs="*", metavar="BUILDER",
+                    help="builder names (default: VGG-16, MobileNetV2, SqueezeNet1.1, "
+                    "ResNet-18, Inception-V3)")
+    rs.add_argument("--size", type=int, help="input size (default: 224, Inception-V3 299)")
+    rs.add_argument("--no-verify", action="store_true",
+                    help="skip the golden-model equivalence check of the chosen points")
+    rs.add_argument("--out", default="build/restructure", help="output folder")
+    rs.set_defaults(func=cmd_restructure)
 
     rp = sub.add_parser("report", help="memory optimizer vs the paper: Tables II–IV, VI, "
                         "Figs. 16–17 (markdown, CSV, PNG)")

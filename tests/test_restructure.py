@@ -80,10 +80,10 @@ def test_explore_grows_as_alpha_falls(mixed):
                                             (0.1, (4, 3)), (0.1, (3, 3))])
 def test_split_is_bit_exact_on_the_golden_model(mixed, alpha, n_slices):
     r = rs.restructure(mixed, alpha, n_slices, hardware=True)
-    assert r is not None and len(r.branches) == n_slices[0] * n_slices[1]
+    assert r is not None and len(r.blocks[0].branches) == n_slices[0] * n_slices[1]
     eq = check_on_golden(r, seed=3)
     assert eq.identical, eq.mismatches
-    assert eq.values == sum(int(np.prod(mixed.tensors[t].shape)) for t in r.joins)
+    assert eq.values == sum(int(np.prod(mixed.tensors[t].shape)) for t in r.blocks[0].joins)
 
 
 def test_a_wrong_halo_fails_the_check(mixed):
@@ -103,7 +103,7 @@ def test_halos_cost_operations_and_one_slice_costs_none(mixed):
     many = rs.split(mixed, critical, (4, 4))
     assert many.ops_after > many.ops_before
     # every copy of a 3×3 stride-1 convolution reads one halo row/column beyond its region
-    conv = next(sn for b in many.branches for sn in b
+    conv = next(sn for b in many.blocks[0].branches for sn in b
                 if sn.node.op == "conv" and sn.node.consts["weight"].shape[2] == 3
                 and sn.node.attrs["stride"] == (1, 1) and sn.region.r0 > 0)
     assert conv.inputs[0].r0 == conv.region.r0 - 1
@@ -153,3 +153,14 @@ def test_paper_networks_are_bit_exact_on_the_golden_model(name, size, tmp_path):
         assert eq.identical, (name, alpha, n, eq.mismatches)
         done += 1
     assert done
+
+
+def test_report_command_writes_the_tables(tmp_path):
+    from sfnpu.cli import main
+    assert main(["restructure", "squeezenet1_1", "--size", "64", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "restructure.md").read_text()
+    assert "## Table II" in md and "## Table III" in md and "48.4 / 3.1" in md
+    assert "squeezenet1_1, `accelerator`" in md and "bit-exact" in md and "MISMATCH" not in md
+    rows = (tmp_path / "restructure.csv").read_text().splitlines()
+    assert len(rows) == 1 + 3 * 81
+    assert main(["restructure", "no_such_net", "--out", str(tmp_path)]) == 2
