@@ -456,7 +456,7 @@ def cmd_compare(args) -> int:
 def cmd_bench(args) -> int:
     from .bench import run_bench
 
-    run_bench(Path(args.output), args.config, args.models or None)
+    run_bench(Path(args.output), args.config, args.models or None, rtl=not args.models)
     return 0
 
 
