@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from sfnpu import isa, layout
 from sfnpu.config import HwConfig
@@ -51,11 +51,14 @@ from .groups import Group
 from .ir import Graph, Tensor
 from .memory import AllocationError, accesses
 
+if TYPE_CHECKING:
+    from .pipeline import Compiled
+
 __all__ = [
     "ModuleError", "Branch", "Module", "Modules", "detect_modules", "reorder", "insert_loaders",
     "Decision", "ModuleAllocation", "allocate", "place", "check_placement", "PlacementReport",
     "GroupFm", "traffic_by_group", "module_group_indices", "ModulePlan", "plan_modules", "MAX_MODULE_GROUPS",
-    "LOADED_SUFFIX",
+    "LOADED_SUFFIX", "apply_modules",
 ]
 
 #: Largest module (in groups) the detection accepts; a merge whose branches meet further back is
@@ -89,6 +92,12 @@ class Module:
     exit: str                    # MOFM (the concat destination or the add's output)
     groups: tuple[int, ...]      # every member group, ascending
     branches: tuple[Branch, ...]
+    identity: bool = False       # an add whose other operand is the MIFM itself
+
+    @property
+    def paths(self) -> int:
+        """Branches including an identity shortcut (a branch without layers)."""
+        return len(self.branches) + self.identity
 
     @property
     def first(self) -> int:
@@ -248,8 +257,9 @@ def detect_modules(graph: Graph, groups: Sequence[Group], lanes: int,
             rejected.append(f"{merged}: a single branch")
             continue
         idx = len(modules)
+        identity = kind == "add" and entry in operands(groups[members[-1]])
         modules.append(Module(idx, _module_name(groups, members), kind, entry, merged,
-                              tuple(members), branches))
+                              tuple(members), branches, identity))
         for m in members:
             module_of[m] = idx
     return Modules(tuple(modules), module_of, tuple(rejected))
@@ -722,3 +732,12 @@ def plan_modules(graph: Graph, groups: Sequence[Group], config: HwConfig,
                                   locations=dict(alloc.locations))
     return ModulePlan(graph2, tuple(loaded), program, modules, alloc, report, tuple(groups),
                       naive)
+
+
+def apply_modules(compiled: Compiled, capacity: Sequence[int] | None = None) -> Compiled:
+    """``compiled`` running the module allocation: same inputs and outputs, placed program."""
+    from .pipeline import Compiled
+
+    plan = plan_modules(compiled.graph, compiled.groups, compiled.program.config, capacity)
+    return Compiled(dataclasses.replace(compiled.imported, graph=plan.graph), list(plan.groups),
+                    plan.program)

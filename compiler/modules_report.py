@@ -169,7 +169,7 @@ def study(model: str, sram_kib: float = KIM_SRAM_KB, size: int | None = None,
     for m, nm, bm, d, bd in zip(plan.modules, plan.naive_modules, best.modules,
                                 plan.allocation.decisions, best.allocation.decisions):
         rows.append(ModuleRow(
-            m.name, len(m.branches), len(nm.groups),
+            m.name, m.paths, len(nm.groups),
             sum(naive_fm[i].weights_dense for i in nm.groups),
             Fm.of(naive_fm, nm.groups), Fm.of(fm, module_group_indices(plan.groups, m)),
             d.processing, len(d.spilled),
@@ -229,6 +229,12 @@ def report_markdown(st: ModuleStudy, command: str, png: str, csv_name: str) -> s
         "accounting: C·H·W with H and W rounded up to multiples of 4 (its 4×4 output patches; "
         "this reproduces its Naive column exactly for the modules whose layers match ours). "
         "Weights are dense O·I·kh·kw bytes, read once.",
+        "",
+        "Execution: `tests/test_modules.py` runs an Inception-style network placed by this pass "
+        "on the golden model (outputs identical to the all-DRAM program and to onnxruntime) and "
+        "on the RTL (`tiny`, whole DRAM identical to the golden model's), also with buffers so "
+        "small that modules spill and write their output to DRAM; `sfnpu run --modules` runs "
+        "any model this way.",
         "",
     ]
     head = ("| module | branches | groups | W KB (ours / paper) | naive FM KB, 4×4 acc. "

@@ -424,6 +424,9 @@ def cmd_run(args) -> int:
             from .sim.golden import GoldenModel
 
             compiled, _, _ = _compile(args, Path(tmp))
+            if args.modules:
+                from .compiler.modules import apply_modules
+                compiled = apply_modules(compiled)
             names = [i.name for i in compiled.imported.host.prologue.graph.input]
             config = get_config(args.config)
             backend = {"rtl": rtl_outputs, "model": model_outputs}.get(
@@ -573,6 +576,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="golden model, onnxruntime on the QDQ model, the RTL on Verilator, or "
                         "the cycle model (latency and DRAM bytes per group; values from the "
                         "golden model)")
+    r.add_argument("--modules", action="store_true",
+                   help="module-level on-chip allocation (Kim et al.; see `sfnpu modules`)")
     r.add_argument("-o", "--output", required=True)
     r.set_defaults(func=cmd_run)
 

@@ -11,7 +11,6 @@ import pytest
 from netbuild import Net
 from sfnpu import isa
 from sfnpu.cli import main
-from sfnpu.compiler.groups import Group
 from sfnpu.compiler.modules import (LOADED_SUFFIX, ModuleError, check_placement,
                                     detect_modules, module_group_indices, plan_modules,
                                     traffic_by_group)
@@ -304,6 +303,17 @@ def test_cli_writes_the_report(compiled, tmp_path, capsys):
     assert "--sram-kb 0.0: must be positive" in capsys.readouterr().out
     assert main(["modules", "no_such_net", "--out", str(tmp_path)]) == 2
     assert "neither a builder" in capsys.readouterr().out
+
+
+def test_cli_run_with_modules_matches_onnxruntime(compiled, tmp_path):
+    """`sfnpu run --modules`: the placed program's outputs are onnxruntime's."""
+    net, path, _ = compiled
+    np.save(tmp_path / "x.npy", net.samples(1, seed=9))
+    for backend, extra in (("onnxruntime", []), ("golden", ["--modules"])):
+        assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--backend",
+                     backend, *extra, "-o", str(tmp_path / f"{backend}.npy")]) == 0
+    assert np.array_equal(np.load(tmp_path / "onnxruntime.npy"),
+                          np.load(tmp_path / "golden.npy"))
 
 
 # --------------------------------------------------------------------------------------------
