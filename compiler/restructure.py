@@ -40,7 +40,7 @@ from .ir import Graph, IRError, Node
 __all__ = [
     "RestructureError", "Region", "Profile", "SliceNode", "Restructured", "SPLITTABLE_OPS",
     "memory_profile", "liveness", "node_ops", "graph_ops", "splittable", "explore", "split",
-    "split_blocks", "SplitBlock",
+    "split_blocks", "SplitBlock", "block_order", "hardware_pads",
     "restructure",
 ]
 
@@ -348,6 +348,16 @@ def _input_regions(graph: Graph, node: Node, out: Region, halo_error: int
     return tuple(out for _ in node.inputs), None
 
 
+def hardware_pads(node: Node, pads: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+    """A copy's padding as the accelerator encodes it. It pools with one padding on every side
+    and takes the output size from the instruction; for max pooling, padding below and right
+    that is no larger than above and left only adds −∞ windows no output reads, so it widens."""
+    t, l, b, r = pads
+    if node.op == "maxpool" and t == l and b <= t and r <= t:
+        return (t, t, t, t)
+    return pads
+
+
 def _align(graph: Graph, node: Node, need: Region) -> Region:
     """The region a copy of ``node`` computes to cover ``need``: a 2× upsample produces rows
     in pairs, so its region starts and ends on even rows and columns."""
@@ -420,7 +430,7 @@ def _split_block(graph: Graph, critical: frozenset[int], n_h: int, n_w: int,
                       tuple(_branch(graph, nodes, t, halo_error) for t in tiles))
 
 
-def _block_order(graph: Graph, blocks: Sequence[frozenset[int]]) -> list[int]:
+def block_order(graph: Graph, blocks: Sequence[frozenset[int]]) -> list[int]:
     """Stable topological order of the nodes outside the blocks (their index) and the blocks
     (``-1 - j``), each block placed as early as its inputs allow at the rank of its first
     node; every other node keeps its relative order."""
@@ -518,7 +528,7 @@ def split_blocks(graph: Graph, critical_sets: Sequence[Sequence[int] | frozenset
     sizes = {t: _size(graph, t) for t in graph.tensors}
     steps: list[Step] = []
     where: list[tuple[int, int]] = []
-    for i in _block_order(graph, sets):
+    for i in block_order(graph, sets):
         if i >= 0:
             n = graph.nodes[i]
             steps.append((n.inputs, (n.output,)))

@@ -25,19 +25,9 @@ from sfnpu.sim.golden import GoldenModel
 from .codegen import generate
 from .groups import fuse
 from .ir import Graph, Node, Tensor
-from .restructure import Region, Restructured, RestructureError, SplitBlock
+from .restructure import Region, Restructured, RestructureError, SplitBlock, hardware_pads
 
-__all__ = ["Equivalence", "run_node", "check_on_golden"]
-
-
-def _hardware_pads(node: Node, pads: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
-    """The accelerator pools with one padding on every side and takes the output size from
-    the instruction; for max pooling, padding below and right that is no larger than above and
-    left only adds windows' worth of −∞ that no output reads, so it can be widened."""
-    t, l, b, r = pads
-    if node.op == "maxpool" and t == l and b <= t and r <= t:
-        return (t, t, t, t)
-    return pads
+__all__ = ["Equivalence", "run_node", "check_on_golden", "run_program", "run_pieces"]
 
 
 def run_node(graph: Graph, node: Node, values: Mapping[str, np.ndarray],
@@ -59,7 +49,7 @@ def run_node(graph: Graph, node: Node, values: Mapping[str, np.ndarray],
         assert y.shape == shape, (node.name, y.shape, shape)
         return y
     if pads is not None:
-        node = node.replace(attrs={**node.attrs, "pads": _hardware_pads(node, pads)})
+        node = node.replace(attrs={**node.attrs, "pads": hardware_pads(node, pads)})
     names = tuple(dict.fromkeys(node.inputs))
     tensors = {t: Tensor(t, values[t].shape, graph.tensors[t].qtype) for t in names}
     tensors[node.output] = Tensor(node.output, shape, out.qtype)
@@ -128,3 +118,35 @@ def _run_branches(graph: Graph, blk: SplitBlock, inputs: Mapping[str, np.ndarray
             have, codes = computed[t]
             joined[t][:, tile.r0:tile.r1, tile.c0:tile.c1] = tile.within(have).crop(codes)
     return joined
+
+
+def run_program(graph: Graph, inputs: Mapping[str, np.ndarray],
+                config: HwConfig | None = None) -> dict[str, np.ndarray]:
+    """A whole IR graph compiled (fusion, code generation) and executed on the golden model."""
+    config = config or get_config("tiny")
+    program = generate(graph, fuse(graph), config)
+    outs = GoldenModel(config).outputs(program.pack([inputs[t] for t in program.inputs]))
+    return dict(zip(program.outputs, outs))
+
+
+def run_pieces(graph: Graph, pieces, inputs: Mapping[str, np.ndarray],
+               config: HwConfig | None = None) -> dict[str, np.ndarray]:
+    """Execute a sequence of pieces (:func:`.restructure_sram.piece_graphs`) on the golden
+    model, the host reading each input window and assembling the join tensors; returns the
+    network's outputs."""
+    stored = {t: (Region.whole(graph.tensors[t].shape), v) for t, v in inputs.items()}
+    for piece in pieces:
+        feed = {}
+        for local, (key, need) in piece.windows.items():
+            have, codes = stored[key]
+            feed[local] = need.within(have).crop(codes)
+        for key, codes in run_program(piece.graph, feed, config).items():
+            stored[key] = (piece.regions[key], codes)
+        for join, tiles in piece.assemble:
+            t = graph.tensors[join]
+            whole = np.zeros(t.shape, t.qtype.dtype)
+            for key, tile in tiles:
+                have, codes = stored[key]
+                whole[:, tile.r0:tile.r1, tile.c0:tile.c1] = tile.within(have).crop(codes)
+            stored[join] = (Region.whole(t.shape), whole)
+    return {t: stored[t][1] for t in graph.outputs}

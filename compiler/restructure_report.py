@@ -18,6 +18,10 @@ overhead (8.6 %). The chosen ``accelerator`` configuration — and the ``paper``
 are encodable — is executed on the golden model against the original sub-graphs
 (:func:`.restructure_check.check_on_golden`). Output: ``restructure.md``, ``restructure.csv``
 (every sweep point) and ``restructure.png`` (Fig. 6 style: peak memory and operations vs α).
+
+Then it uses the split in sfnpu's memory optimizer (:mod:`.restructure_sram`): Table II's minimum
+SRAM of VGG-CONV and YOLOv2 with the front of the network split into tiles
+(``restructure_sram.csv``).
 """
 
 from __future__ import annotations
@@ -37,12 +41,13 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 from .importer import import_model
 from .ir import Graph
 from .memory_report import study_model
-from .paper_reference import (RESTRUCTURE_AVERAGE_II, RESTRUCTURE_AVERAGE_III,
+from .paper_reference import (CITATION, TABLE_II, RESTRUCTURE_AVERAGE_II, RESTRUCTURE_AVERAGE_III,
                               RESTRUCTURE_CITATION, RESTRUCTURE_SWEEP_SECONDS,
                               RESTRUCTURE_TABLE_II, RESTRUCTURE_TABLE_III, PaperRestructure)
 from .passes import run_passes
 from .restructure import Restructured, RestructureError, memory_profile, restructure
 from .restructure_check import check_on_golden
+from .restructure_sram import TABLE_II_SPLIT_STUDIES, FrontSweep, sweep_front
 
 __all__ = ["Variant", "VARIANTS", "NETWORKS", "ALPHAS", "SLICES", "OVERHEAD_CAP", "Point",
            "NetworkSweep", "sweep_network", "write_report", "run_report"]
@@ -320,19 +325,97 @@ def report_markdown(sweeps: Sequence[NetworkSweep], command: str) -> str:
     return "\n".join(out)
 
 
-def write_report(sweeps: Sequence[NetworkSweep], out: Path, command: str) -> list[Path]:
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.3f}"
+
+
+#: DRAM traffic a split may add and still count as "about the same" in the SRAM table.
+TRAFFIC_SLACK = 1.5
+
+
+def sram_markdown(fronts: Sequence[FrontSweep]) -> list[str]:
+    """Table II's minimum SRAM with the front of the network split into tiles."""
+    paper = {(p.network + ("_conv" if p.conv_only else ""), p.input_size): p.min_buffer_mb
+             for p in TABLE_II}
+    out = ["## Table II minimum SRAM with a spatially split front (ShortcutFusion, kcu1500)", "",
+           "Eq. 6 minimum over cut-point policies with unlimited buffers, as `sfnpu report` "
+           "computes Table II, for the network run as pieces: the first nodes split into "
+           "n_h×n_w tiles (every front end up to the first node the accelerator cannot split "
+           "is tried), then the rest; each piece compiled and optimized by the unmodified memory "
+           "optimizer, pieces meeting in DRAM. SRAM is the largest piece's; DRAM the sum. "
+           "1h×1w is the same cut into pieces without tiling. MB = 10⁶ bytes. Reference: "
+           f"{CITATION}.", "",
+           "| network | paper Table II | sfnpu whole | n_slices | min SRAM | front ends after "
+           "| DRAM | DRAM vs whole | min SRAM with DRAM ≤ "
+           f"{TRAFFIC_SLACK:g}× whole |",
+           "|" + " --- |" * 9]
+    for f in fronts:
+        ref = paper.get((f.network, f.input_size))
+        for n in sorted({n for _, n, _ in f.points}):
+            pts = [p for p in f.points if p[1] == n]
+            upto, _, best = min(pts, key=lambda p: (p[2].sram, p[2].traffic))
+            fits = [p for p in pts if p[2].traffic <= TRAFFIC_SLACK * f.whole.traffic]
+            cheap = min(fits, key=lambda p: (p[2].sram, p[2].traffic), default=None)
+            cheap_txt = "—" if cheap is None else (
+                f"{_mb(cheap[2].sram)} MB ({_pct(1 - cheap[2].sram / f.whole.sram)} % less, "
+                f"DRAM ×{cheap[2].traffic / f.whole.traffic:.2f})")
+            out.append(
+                f"| {f.network}@{f.input_size} | {'—' if ref is None else f'{ref} MB'} | "
+                f"{_mb(f.whole.sram)} MB | {n[0]}h×{n[1]}w | **{_mb(best.sram)} MB** "
+                f"({_pct(1 - best.sram / f.whole.sram)} % less) | node {upto} "
+                f"({f.node_names[upto]}) | {_mb(best.traffic)} MB | "
+                f"×{best.traffic / f.whole.traffic:.2f} | {cheap_txt} |")
+    out += ["", "Sweep times: " + ", ".join(f"{f.network} {f.seconds:.0f} s" for f in fronts)
+            + ".", "",
+            "Splitting trades SRAM for DRAM traffic: every tile re-reads the front's weights "
+            "and its halo rows, so the split points break constraint (10) of ShortcutFusion "
+            "(weights once, maps at most once) that Table II assumes; the last column keeps the "
+            "traffic within "
+            f"{TRAFFIC_SLACK:g}× the unsplit network's. Not yet in the optimizer: instructions "
+            "that read a row/column window of a larger DRAM tensor and write a tile at an "
+            "offset (`isa.Location` is a base offset), and code generation of the pieces as one "
+            "image — the pieces here are compiled and optimized one by one, and executed one by "
+            "one on the golden model in the tests.", ""]
+    return out
+
+
+def _write_sram_csv(fronts: Sequence[FrontSweep], path: Path) -> None:
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["network", "input_size", "front_end_node", "front_end_name", "n_h", "n_w",
+                     "sram_B", "dram_B", "whole_sram_B", "whole_dram_B", "pieces",
+                     "driving_piece"])
+        for f in fronts:
+            for upto, n, r in f.points:
+                w.writerow([f.network, f.input_size, upto, f.node_names[upto], *n, r.sram,
+                            r.traffic, f.whole.sram, f.whole.traffic, len(r.per_piece),
+                            r.driver])
+
+
+def write_report(sweeps: Sequence[NetworkSweep], out: Path, command: str,
+                 fronts: Sequence[FrontSweep] = ()) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     md, cs, png = out / "restructure.md", out / "restructure.csv", out / "restructure.png"
-    md.write_text(report_markdown(sweeps, command))
+    text = report_markdown(sweeps, command)
+    if fronts:
+        text += "\n" + "\n".join(sram_markdown(fronts))
+    md.write_text(text)
     _write_csv(sweeps, cs)
-    return [md, cs] + ([png] if _write_png(sweeps, png) else [])
+    written = [md, cs]
+    if fronts:
+        _write_sram_csv(fronts, out / "restructure_sram.csv")
+        written.append(out / "restructure_sram.csv")
+    return written + ([png] if _write_png(sweeps, png) else [])
 
 
 def run_report(networks: Sequence[tuple[str, int]] = NETWORKS,
                out: Path = Path("build/restructure"), verify: bool = True,
-               console: Console | None = None,
-               command: str = "sfnpu restructure") -> list[NetworkSweep]:
-    """Sweep every network with a progress bar, check the chosen points, write the files."""
+               console: Console | None = None, command: str = "sfnpu restructure",
+               sram: Sequence[tuple[str, int, bool]] = TABLE_II_SPLIT_STUDIES
+               ) -> list[NetworkSweep]:
+    """Sweep every network with a progress bar, check the chosen points, study Table II's
+    minimum SRAM with split fronts (``sram``: builder, input size, VGG-CONV), write the
+    files."""
     console = console or Console()
     out = Path(out)
     cache = out / "models"
@@ -347,6 +430,8 @@ def run_report(networks: Sequence[tuple[str, int]] = NETWORKS,
                 _verify(s)
                 progress.update(task, total=1, completed=1)
             sweeps.append(s)
-    for path in write_report(sweeps, out, command):
+        fronts = [sweep_front(n, size, conv, cache, progress=progress)
+                  for n, size, conv in sram]
+    for path in write_report(sweeps, out, command, fronts):
         console.print(f"wrote {path}")
     return sweeps

@@ -510,9 +510,10 @@ def cmd_restructure(args) -> int:
         networks = [(n, args.size) for n, _ in networks]
     command = "sfnpu restructure " + " ".join(
         [*args.networks, *([f"--size {args.size}"] if args.size else []),
-         *(["--no-verify"] if args.no_verify else [])])
+         *(["--no-verify"] if args.no_verify else []), *(["--no-sram"] if args.no_sram else [])])
+    extra = {"sram": ()} if args.no_sram else {}
     run_restructure(networks, Path(args.out), verify=not args.no_verify, console=console,
-                    command=command.strip())
+                    command=command.strip(), **extra)
     return 0
 
 
@@ -620,6 +621,8 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--size", type=int, help="input size (default: 224, Inception-V3 299)")
     rs.add_argument("--no-verify", action="store_true",
                     help="skip the golden-model equivalence check of the chosen points")
+    rs.add_argument("--no-sram", action="store_true",
+                    help="skip Table II's minimum SRAM with split fronts (VGG-CONV, YOLOv2)")
     rs.add_argument("--out", default="build/restructure", help="output folder")
     rs.set_defaults(func=cmd_restructure)
 
