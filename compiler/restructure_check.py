@@ -2,11 +2,13 @@
 
 Every operator — original or a branch's copy with its cropped input and asymmetric padding — is
 compiled on its own (fusion, code generation, DRAM image) and executed by
-:class:`sfnpu.sim.golden.GoldenModel`, so all arithmetic is the accelerator's. The host only
-moves bytes: it crops the window a copy reads out of the region its producer computed (the
-split), writes each branch's tiles into the join tensors (the spatial concatenation) and
-concatenates channels for ``concat`` nodes, whose parts already carry the destination's
-quantisation (:func:`.passes.requantize_concat_inputs`).
+:class:`sfnpu.sim.golden.GoldenModel`, so all arithmetic is the accelerator's. A pooling copy
+whose padding differs between sides — the instruction has one padding for every side — is
+computed by the same kernels of :mod:`sfnpu.numeric` instead (:func:`encodable` tells whether a
+restructuring needs that). The host only moves bytes: it crops the window a copy reads out of
+the region its producer computed (the split), writes each branch's tiles into the join tensors
+(the spatial concatenation) and concatenates channels for ``concat`` nodes, whose parts already
+carry the destination's quantisation (:func:`.passes.requantize_concat_inputs`).
 
 :func:`check_on_golden` feeds the critical sub-graph's inputs with random codes, runs the
 original sub-graph and every branch, and compares each join tensor byte for byte.
@@ -19,6 +21,7 @@ from typing import Mapping
 
 import numpy as np
 
+from sfnpu import numeric
 from sfnpu.config import HwConfig, get_config
 from sfnpu.sim.golden import GoldenModel
 
@@ -27,7 +30,8 @@ from .groups import fuse
 from .ir import Graph, Node, Tensor
 from .restructure import Region, Restructured, RestructureError, SplitBlock, hardware_pads
 
-__all__ = ["Equivalence", "run_node", "check_on_golden", "run_program", "run_pieces"]
+__all__ = ["Equivalence", "run_node", "check_on_golden", "run_program", "run_pieces",
+           "encodable"]
 
 
 def run_node(graph: Graph, node: Node, values: Mapping[str, np.ndarray],
@@ -50,6 +54,8 @@ def run_node(graph: Graph, node: Node, values: Mapping[str, np.ndarray],
         return y
     if pads is not None:
         node = node.replace(attrs={**node.attrs, "pads": hardware_pads(node, pads)})
+        if node.op in ("maxpool", "avgpool") and len(set(node.attrs["pads"])) > 1:
+            return _pool_in_numeric(graph, node, values[node.inputs[0]], shape[1:])
     names = tuple(dict.fromkeys(node.inputs))
     tensors = {t: Tensor(t, values[t].shape, graph.tensors[t].qtype) for t in names}
     tensors[node.output] = Tensor(node.output, shape, out.qtype)
@@ -57,6 +63,27 @@ def run_node(graph: Graph, node: Node, values: Mapping[str, np.ndarray],
     program = generate(one, fuse(one), config)
     blob = program.pack([values[t] for t in program.inputs])
     return GoldenModel(config).outputs(blob)[0]
+
+
+def _pool_in_numeric(graph: Graph, node: Node, x: np.ndarray, out_hw) -> np.ndarray:
+    """A pooling copy whose padding differs between sides, which no instruction encodes:
+    computed by the golden model's own kernels (:mod:`sfnpu.numeric`) with that padding."""
+    xq, yq = graph.tensors[node.inputs[0]].qtype, graph.tensors[node.output].qtype
+    a = node.attrs
+    if node.op == "maxpool":
+        y = numeric.max_pool(x, a["kernel"], a["stride"], a["pads"], tuple(out_hw))
+    else:
+        y = numeric.qlinear_avg_pool(x, xq.scale, xq.zero_point, yq.scale, yq.zero_point,
+                                     yq.signed, a["kernel"], a["stride"], a["pads"],
+                                     bool(a["count_include_pad"]), out_hw=tuple(out_hw))
+    return y.astype(yq.dtype)
+
+
+def encodable(r: Restructured) -> bool:
+    """Whether every copy of every block is an instruction the accelerator encodes."""
+    return all(sn.pads is None or sn.node.op not in ("maxpool", "avgpool")
+               or len(set(hardware_pads(sn.node, sn.pads))) == 1
+               for blk in r.blocks for copies in blk.branches for sn in copies)
 
 
 @dataclass(frozen=True)

@@ -232,3 +232,21 @@ def test_sram_table_of_a_front_sweep(mixed):
     assert all(r.sram > 0 and r.traffic > 0 for _, _, r in f.points)
     text = "\n".join(sram_markdown([f]))
     assert "| mixed@20 | — |" in text and "2h×2w" in text
+
+
+def test_paper_mode_pools_with_one_sided_padding_are_still_exact(tmp_path):
+    """A padded max-pool split in 2-D needs padding on some sides only (no instruction encodes
+    it); the check computes those copies with sfnpu.numeric and stays bit-exact."""
+    from sfnpu.compiler.restructure_check import encodable
+    n = Net((3, 16, 20), name="padpool")
+    c = n.op("Relu", [n.conv("x", 3, 8, 3)])
+    p = n.op("MaxPool", [c], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    a = n.op("AveragePool", [p], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1],
+             count_include_pad=1)
+    y = n.conv(a, 8, 4, 3)
+    graph = ir_graph(tmp_path, n, [y], "padpool")
+    r = rs.split(graph, range(len(graph.nodes)), (2, 2))
+    assert not encodable(r)
+    assert check_on_golden(r).identical
+    assert not check_on_golden(rs.split(graph, range(len(graph.nodes)), (2, 2),
+                                        halo_error=1)).identical
