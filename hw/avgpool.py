@@ -130,6 +130,11 @@ class Float32Divider(wiring.Component):
     division can start in the cycle its predecessor's result is taken.
     """
 
+    @staticmethod
+    def iterations(bits_per_cycle: int) -> int:
+        """Iteration cycles of a divider producing ``bits_per_cycle`` quotient bits a cycle."""
+        return -(-(_SIG + 1) // bits_per_cycle)
+
     def __init__(self, bits_per_cycle: int = 1, tag_width: int = 1):
         if bits_per_cycle < 1 or tag_width < 1:
             raise ValueError(f"bits_per_cycle and tag_width must be positive "
@@ -137,7 +142,7 @@ class Float32Divider(wiring.Component):
         self.bits_per_cycle = bits_per_cycle
         self.tag_width = tag_width
         #: Iteration cycles (the result follows two cycles later: rounding, then o_valid).
-        self.cycles = -(-(_SIG + 1) // bits_per_cycle)
+        self.cycles = self.iterations(bits_per_cycle)
         #: Quotient bits computed: 24 for the significand, the rest guard and sticky.
         self.quotient_bits = self.cycles * bits_per_cycle
         super().__init__({

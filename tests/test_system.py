@@ -8,6 +8,7 @@ log (cycles, DRAM bytes) with the cycle model's. Error runs check
 the error code, the failing group and that the core returns to idle (no hang).
 """
 
+import dataclasses
 import functools
 import struct
 
@@ -46,7 +47,8 @@ def system_harness(config_name):
 
 def compiled_image(tmp_path, net, outputs, config, seed=0):
     path = tmp_path / f"{net.name}.qdq.onnx"
-    quantize_model(net.model(outputs, opset=14), path, CalibrationSource.synthetic(4, seed=1))
+    quantize_model(net.model(outputs, opset=14), path, CalibrationSource.synthetic(4, seed=1),
+                   activation_signed=getattr(net, "signed", False))
     compiled = compile_model(path, config)
     return compiled, compiled.program.pack(compiled.quantise_inputs({"x": net.samples(1,
                                                                                   seed=seed)}))
@@ -151,6 +153,72 @@ def avg_pool_net():
     return net, [y]
 
 
+def coverage_net():
+    """What the other networks leave out (tb/coverage.py): int8 activations, 20×20 maps,
+    a 7×7 convolution from 3 to 12 channels (a partly filled block), HardSwish
+    before a residual add whose shortcut has a non-zero zero point, an average pool that
+    counts its padding, a 2×2 (even) kernel down to 4 channels."""
+    net = Net((3, 20, 20), seed=12, name="coverage")
+    net.signed = True
+    a = net.conv("x", 3, 12, 7, pads=[3, 3, 3, 3])
+    b = net.op("HardSwish", [net.conv(a, 12, 12, 1, pads=[0, 0, 0, 0])])
+    s = net.op("AveragePool", [net.op("Add", [b, a])], kernel_shape=[3, 3], strides=[2, 2],
+               pads=[1, 1, 1, 1], count_include_pad=1)
+    return net, [net.conv(s, 12, 4, 2, pads=[0, 0, 1, 1])]
+
+
+#: The regression networks the system tests run on the RTL as compiled (row reuse), and those
+#: also run under the all-frame policy with their buffers renamed; tb/coverage.py measures
+#: exactly these programs (:func:`regression_programs`).
+REGRESSION = (conv_stack, table_net, concat_net, preact_net, wide_net, residual_net, se_net,
+              pool_up_net, avg_pool_net, coverage_net)
+FRAME_REGRESSION = (residual_net, se_net, conv_stack, wide_net)
+
+
+def clamped(program):
+    """The program with an explicit CLAMP on its first two groups, one end at the type's
+    limit and the other narrowed (the compiler folds Relu/Clip into the quantiser's range,
+    so only a hand-set instruction reaches these fields)."""
+    def clamp(instr, narrow_low):
+        lo, hi = (-128, 127) if instr.out_signed else (0, 255)
+        lo, hi = (lo + 30, hi) if narrow_low else (lo, hi - 40)
+        return instr.replace(act=Activation.CLAMP, clamp_lo=lo, clamp_hi=hi)
+    first, second, *rest = program.instructions
+    return dataclasses.replace(program, instructions=[clamp(first, True), clamp(second, False),
+                                                      *rest])
+
+
+def rotated_buffers(program, steps=1):
+    """The program with on-chip buffer k renamed k + steps (mod 3): the three buffers are
+    interchangeable, so the result must not change (and each operand visits every buffer)."""
+    def move(loc):
+        if loc.space == MemSpace.DRAM:
+            return loc
+        return isa.buffer((loc.space.value - MemSpace.BUF0.value + steps) % 3, loc.offset)
+    return dataclasses.replace(program, instructions=[
+        i.replace(input=move(i.input), output=move(i.output), shortcut=move(i.shortcut))
+        for i in program.instructions])
+
+
+def frame_program(compiled):
+    blocks = detect_blocks(compiled.graph, compiled.groups)
+    return apply_policy(compiled, Policy.uniform(blocks, Reuse.FRAME), blocks)
+
+
+def regression_programs(config, tmp_path):
+    """Every program the system tests run without an error, in order."""
+    for build in REGRESSION:
+        net, outputs = build()
+        compiled, _ = compiled_image(tmp_path, net, outputs, config)
+        yield compiled.program
+        if build is conv_stack:
+            yield clamped(compiled.program)
+        if build in FRAME_REGRESSION:
+            yield frame_program(compiled)
+            for steps in (1, 2):
+                yield rotated_buffers(frame_program(compiled), steps)
+
+
 def run_and_compare(harness, blob):
     result = harness.run(blob, max_cycles=2_000_000)
     assert not result.timeout, "no interrupt: the accelerator hung"
@@ -176,6 +244,7 @@ def run_and_compare(harness, blob):
     (se_net, {ConvKind.NORMAL, ConvKind.DEPTHWISE, ConvKind.NONE}),
     (pool_up_net, {ConvKind.NORMAL}),
     (avg_pool_net, {ConvKind.NORMAL}),
+    (coverage_net, {ConvKind.NORMAL}),
 ])
 def test_image_matches_golden(harness, tmp_path, build, kinds):
     net, outputs = build()
@@ -192,21 +261,28 @@ def test_image_matches_golden(harness, tmp_path, build, kinds):
         for a in layout.accesses(i, harness.config) if a.write)
 
 
-@pytest.mark.parametrize("build", [residual_net, se_net, conv_stack, wide_net])
+def test_explicit_clamp(harness, tmp_path):
+    net, outputs = conv_stack()
+    compiled, _ = compiled_image(tmp_path, net, outputs, harness.config)
+    program = clamped(compiled.program)
+    run_and_compare(harness, program.pack(compiled.quantise_inputs({"x": net.samples(1)})))
+
+
+@pytest.mark.parametrize("build", FRAME_REGRESSION)
 def test_frame_reuse_with_on_chip_buffers(harness, tmp_path, build):
     """The memory optimizer's all-frame policy: intermediate feature maps, residual operands and
     SE vectors live in the on-chip buffers {0, 1, 2}; the whole DRAM still matches."""
     net, outputs = build()
     compiled, _ = compiled_image(tmp_path, net, outputs, harness.config)
-    blocks = detect_blocks(compiled.graph, compiled.groups)
-    program = apply_policy(compiled, Policy.uniform(blocks, Reuse.FRAME), blocks)
+    program = frame_program(compiled)
     spaces = {loc.space for i in program.instructions
               for loc in (i.input, i.output, i.shortcut)}
     assert spaces - {MemSpace.DRAM}, "the policy put nothing on chip"
     assert all(i.reuse == Reuse.FRAME for i in program.instructions)
-    blob = program.pack(compiled.quantise_inputs({"x": net.samples(1)}))
-    result = run_and_compare(harness, blob)
-    assert len(result.group_cycles) == len(program.instructions)
+    for variant in (program, rotated_buffers(program, 1), rotated_buffers(program, 2)):
+        blob = variant.pack(compiled.quantise_inputs({"x": net.samples(1)}))
+        result = run_and_compare(harness, blob)
+        assert len(result.group_cycles) == len(program.instructions)
 
 
 def test_frame_reuse_reads_weights_once(tiny_harness, tmp_path):

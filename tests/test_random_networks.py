@@ -1,0 +1,120 @@
+"""Differential testing on random networks: the RTL against the golden model (the whole DRAM)
+and against the cycle model (DRAM bytes per group exactly, cycles within its tolerance).
+
+Hypothesis draws small CNNs — a chain of convolutions (1×1/3×3/5×5, stride 1 or 2, normal or
+depthwise), activations (Relu, HardSwish, Sigmoid), max/average pools, residual adds and 2×
+upsamples — as a plain tuple (:func:`networks`), so a failing example shrinks to a minimal
+network whose tuple goes into :data:`EXAMPLES`, rerun on every test. ``make test`` draws a few
+networks on ``tiny``; ``make regress`` (SFNPU_REGRESS=1) many on both configurations.
+"""
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import strategies as st
+
+from netbuild import Net
+from sfnpu.compiler.importer import ModelError
+from test_system import compiled_image, run_and_compare, system_harness
+
+REGRESS = bool(os.environ.get("SFNPU_REGRESS"))
+CONFIGS = ("tiny", "ecp5") if REGRESS else ("tiny",)
+
+#: (input channels, height, width, seed, layers); a layer is (kind, argument).
+LAYERS = st.one_of(
+    st.tuples(st.just("conv"), st.tuples(st.sampled_from([1, 3, 5]), st.sampled_from([1, 2]),
+                                         st.sampled_from([4, 8, 12, 16, 24]))),
+    st.tuples(st.just("dw"), st.tuples(st.sampled_from([3, 5]), st.sampled_from([1, 2]))),
+    st.tuples(st.just("act"), st.sampled_from(["Relu", "HardSwish", "Sigmoid"])),
+    st.tuples(st.just("pool"), st.sampled_from(["max", "avg"])),
+    st.tuples(st.just("add"), st.just(None)),
+    st.tuples(st.just("up"), st.just(None)),
+)
+
+
+@st.composite
+def networks(draw):
+    return (draw(st.sampled_from([3, 8, 16])), draw(st.integers(6, 14)),
+            draw(st.integers(6, 14)), draw(st.integers(0, 1 << 16)),
+            tuple(draw(st.lists(LAYERS, min_size=1, max_size=4))))
+
+
+#: Specs rerun on every test: hand-picked ones (a residual add feeding a table, an upsample
+#: feeding an average pool) and the shrunk failures of past runs.
+EXAMPLES = [
+    (8, 6, 6, 0, (("conv", (3, 1, 8)), ("add", None), ("act", "HardSwish"))),
+    (3, 9, 7, 1, (("conv", (5, 2, 12)), ("dw", (3, 1)), ("up", None), ("pool", "avg"))),
+]
+
+
+def build(spec):
+    """The float network of a spec between an opening 3×3 and a closing 1×1 convolution;
+    layers that cannot apply (a map too small to pool) are skipped, so every spec builds."""
+    c, h, w, seed, layers = spec
+    net = Net((c, h, w), seed=seed, name=f"random{seed}")
+    # An opening 3×3 convolution: a Resize of the graph input stays in float in onnxruntime's
+    # QDQ model, and the importer then finds nothing quantised to run.
+    x = net.conv("x", c, 8, 3)
+    c = 8
+    previous = "conv"
+    for kind, arg in layers:
+        # Chains the compiler refuses with a clear error (an activation right after another
+        # or after a Resize: onnxruntime requantises between them) are left out.
+        if kind == "act" and previous in ("act", "up"):
+            continue
+        previous = kind
+        if kind == "conv":
+            k, stride, out = arg
+            if min(h, w) < k:
+                continue
+            x = net.conv(x, c, out, k, stride=stride)
+            c, h, w = out, (h - 1) // stride + 1, (w - 1) // stride + 1
+        elif kind == "dw":
+            k, stride = arg
+            if min(h, w) < k:
+                continue
+            x = net.conv(x, c, c, k, stride=stride, group=c)
+            h, w = (h - 1) // stride + 1, (w - 1) // stride + 1
+        elif kind == "act":
+            x = net.op(arg, [x])
+        elif kind == "pool" and min(h, w) >= 4:
+            attrs = dict(kernel_shape=[2, 2], strides=[2, 2])
+            x = net.op("MaxPool" if arg == "max" else "AveragePool", [x], **attrs)
+            h, w = h // 2, w // 2
+        elif kind == "add":
+            x = net.op("Add", [net.conv(x, c, c, 1, pads=[0, 0, 0, 0]), x])
+        elif kind == "up" and max(h, w) <= 16:
+            x = net.op("Resize", [x, "", net.const([1, 1, 2, 2])], mode="nearest",
+                       coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+            h, w = 2 * h, 2 * w
+    # A closing 1×1 convolution: every network has a group to run (a lone Resize or Relu
+    # of the input is refused as nothing for the accelerator to compute).
+    return net, [net.conv(x, c, 8, 1, pads=[0, 0, 0, 0])]
+
+
+def check(spec, config_name, tmp_path, refused=None):
+    harness = system_harness(config_name)
+    net, outputs = build(spec)
+    try:
+        _, blob = compiled_image(tmp_path, net, outputs, harness.config)
+    except ModelError:
+        if refused is None:
+            raise
+        refused()                             # a clear refusal is not what is tested here
+        return
+    run_and_compare(harness, blob)            # golden model and cycle model
+
+
+@pytest.mark.parametrize("config_name", CONFIGS)
+@pytest.mark.parametrize("spec", EXAMPLES, ids=lambda s: f"seed{s[3]}")
+def test_example_networks(spec, config_name, tmp_path):
+    check(spec, config_name, tmp_path)
+
+
+@pytest.mark.parametrize("config_name", CONFIGS)
+@settings(max_examples=40 if REGRESS else 3, deadline=None, derandomize=not REGRESS,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(spec=networks())
+def test_random_networks(spec, config_name, tmp_path):
+    check(spec, config_name, tmp_path, refused=reject)
