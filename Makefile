@@ -20,6 +20,7 @@ RUN = PATH="$(abspath $(VENV)/bin):$(VERILATOR_BIN):$$PATH"
 MODEL  ?=
 CONFIG ?= tiny
 SEED   ?= 0
+WAVES  ?=
 JOBS   ?= auto
 
 .PHONY: all test sim regress bench report modules restructure verilog bitstream firmware docs clean venv
@@ -42,7 +43,7 @@ regress: $(STAMP)
 	$(RUN) SFNPU_REGRESS=1 $(PY) -m pytest -n $(JOBS) -q tests
 
 sim: $(STAMP)
-	$(RUN) $(PY) -m sfnpu.cli sim --config $(CONFIG) --seed $(SEED) $(if $(MODEL),--model $(MODEL))
+	$(RUN) $(PY) -m sfnpu.cli sim --config $(CONFIG) --seed $(SEED) $(if $(MODEL),--model $(MODEL)) $(if $(WAVES),--waves)
 
 docs: $(STAMP)
 	$(RUN) $(PY) -m sfnpu.cli docs

@@ -180,7 +180,7 @@ def cmd_sim(args) -> int:
         stages.append(("cycle model", f"{timing.cycles} cycles = {timing.seconds * 1e3:.2f} ms "
                        f"at {config.clock_mhz:g} MHz; {timing.read_bytes} B read, "
                        f"{timing.write_bytes} B written"))
-        result = _sim_rtl(config, compiled, blob, golden, stages)
+        result = _sim_rtl(config, compiled, blob, golden, stages, waves=args.waves)
         comparison = None
         if result is not None and not (result.timeout or result.error):
             comparison = compare(timing, result.group_cycles, result.group_read_bytes,
@@ -212,19 +212,35 @@ def cmd_sim(args) -> int:
     return 0
 
 
-def _sim_rtl(config, compiled, blob, golden, stages):
+def _sim_rtl(config, compiled, blob, golden, stages, waves=False):
     """Run the last input's image on the RTL and compare the whole DRAM with the golden
     model's; adds a stage row. None when the config is model-only."""
     if config.dram_bus_bytes > 8:
         stages.append(("RTL on Verilator", f"not simulated: {config.name} is a model-only "
                        "configuration (use CONFIG=tiny or ecp5)"))
         return None
-    harness = rtl_harness(config)
+    waves_file = None
+    if waves:
+        from .tb.system import SystemHarness, wave_format
+
+        kind, why = wave_format()
+        if kind != "fst":
+            console.print(f"[yellow]waves: {why}[/]")
+        build = REPO_ROOT / "build" / "rtl" / f"{config.name}-waves-{kind}"
+        with console.status(f"RTL: building the Verilated accelerator with {kind.upper()} "
+                            f"tracing ({config.name}); cached in {build}"):
+            harness = SystemHarness(config, build, waves=kind)
+        waves_file = REPO_ROOT / "build" / "waves" / f"{config.name}.{kind}"
+        waves_file.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        harness = rtl_harness(config)
     t0 = time.perf_counter()
     with console.status(f"RTL: running {len(compiled.program.instructions)} groups on "
                         "Verilator"):
-        result = harness.run(blob, max_cycles=RTL_MAX_CYCLES)
+        result = harness.run(blob, max_cycles=RTL_MAX_CYCLES, waves_file=waves_file)
     seconds = time.perf_counter() - t0
+    if waves_file is not None:
+        stages.append(("waves", f"{waves_file} ({waves_file.stat().st_size / 1e6:.1f} MB)"))
     if result.timeout or result.error:
         stages.append(("RTL on Verilator", f"[red]stopped: {result.error_code.name} in group "
                        f"{result.error_group}{' (timeout)' if result.timeout else ''}[/]"))
@@ -554,6 +570,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--model", help=f"ONNX model path, builder name or bundled model "
                    f"(default {DEFAULT_MODEL})")
+    s.add_argument("--waves", action="store_true",
+                   help="write the RTL run's waves to build/waves/ (FST, or VCD without lz4)")
     s.set_defaults(func=cmd_sim)
 
     def model_options(parser):

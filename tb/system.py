@@ -32,7 +32,7 @@ from .verilator import REPO_ROOT, build_verilated, to_verilog
 
 from sfnpu.hw.axi_mem import SIM_DRAM_VERILOG
 
-__all__ = ["SystemHarness", "RunResult", "COUNTERS"]
+__all__ = ["SystemHarness", "RunResult", "COUNTERS", "wave_format"]
 
 #: 64-bit counters read after a run (register-name stems of sfnpu.regmap).
 COUNTERS = ("CYCLES", "STALL_DRAM_READ", "STALL_DRAM_WRITE", "STALL_WEIGHTS", "STALL_CONTROL",
@@ -46,13 +46,26 @@ _DRIVER = r"""
 #include "V{top}.h"
 #include "verilated.h"
 #include "sfnpu_regs.h"
+#if defined(SFNPU_TRACE_FST)
+#include "verilated_fst_c.h"
+typedef VerilatedFstC Trace;
+#elif defined(SFNPU_TRACE_VCD)
+#include "verilated_vcd_c.h"
+typedef VerilatedVcdC Trace;
+#endif
 
 static V{top}* dut;
 static uint64_t cycle = 0;
+#if defined(SFNPU_TRACE_FST) || defined(SFNPU_TRACE_VCD)
+static Trace* trace = nullptr;
+static void dump(uint64_t t) {{ if (trace) trace->dump(t); }}
+#else
+static void dump(uint64_t) {{}}
+#endif
 
 static void tick() {{
-    dut->clk = 1; dut->eval();
-    dut->clk = 0; dut->eval();
+    dut->clk = 1; dut->eval(); dump(2 * cycle + 1);
+    dut->clk = 0; dut->eval(); dump(2 * cycle + 2);
     ++cycle;
 }}
 
@@ -107,6 +120,15 @@ int main(int argc, char** argv) {{
                          "max_cycles dump_bytes abort_after");
     Verilated::commandArgs(1, argv);
     dut = new V{top};
+#if defined(SFNPU_TRACE_FST) || defined(SFNPU_TRACE_VCD)
+    // Waves of the whole run (image load included) to $SFNPU_WAVES.
+    if (const char* waves = std::getenv("SFNPU_WAVES")) {{
+        Verilated::traceEverOn(true);
+        trace = new Trace;
+        dut->trace(trace, 99);
+        trace->open(waves);
+    }}
+#endif
     uint64_t base = std::strtoull(argv[4], 0, 0);
     uint64_t window_base = std::strtoull(argv[5], 0, 0);
     uint64_t window_limit = std::strtoull(argv[6], 0, 0);
@@ -192,6 +214,9 @@ int main(int argc, char** argv) {{
         for (unsigned b = 0; b < B; ++b) std::fputc((int)((word >> (8 * b)) & 0xFF), d);
     }}
     std::fclose(d);
+#if defined(SFNPU_TRACE_FST) || defined(SFNPU_TRACE_VCD)
+    if (trace) trace->close();
+#endif
     delete dut;
     return 0;
 }}
@@ -202,6 +227,18 @@ _READ_COUNTER = """    {{
         uint64_t hi = csr_read(SFNPU_REG_{name}_HI);
         std::fprintf(r, "{name} %llu\\n", (unsigned long long)(lo | hi << 32));
     }}"""
+
+
+def wave_format() -> tuple[str, str]:
+    """("fst" or "vcd", why): FST when the lz4 headers Verilator's FST writer needs are
+    installed (Debian ``liblz4-dev``), VCD (much larger files) otherwise."""
+    import sysconfig
+    roots = {Path("/usr/include"), Path("/usr/local/include"),
+             Path(sysconfig.get_paths()["include"]).parent}
+    if any((root / "lz4.h").exists() for root in roots):
+        return "fst", "FST"
+    return "vcd", ("VCD: FST needs the lz4 headers (Debian package liblz4-dev), which are not "
+                   "installed")
 
 
 @dataclass
@@ -233,7 +270,7 @@ class SystemHarness:
     """The Verilated :class:`~sfnpu.hw.accelerator.SimSystem` of one configuration."""
 
     def __init__(self, config: HwConfig, build_dir, *, dram_bytes: int = 1 << 24,
-                 jobs: int = 2):
+                 jobs: int = 2, waves: str | None = None):
         from sfnpu.hw.accelerator import SimSystem
         if config.dram_bus_bytes > 8:
             raise ValueError("the system driver handles DRAM buses of up to 64 bits")
@@ -248,12 +285,19 @@ class SystemHarness:
         # Verilator escapes "__" in port names (the Verilog backend's member separator).
         driver = re.sub(r"dut->(\w+)", lambda m: "dut->" + m[1].replace("__", "___05F"),
                         driver)
-        self.executable = build_verilated(self.build_dir, name, verilog, driver,
-                                          ("-O2",), jobs,
+        args = ["-O2"]
+        if waves not in (None, "fst", "vcd"):
+            raise ValueError(f"waves={waves!r}: choose 'fst', 'vcd' or None")
+        if waves:
+            args += [f"--trace{'-fst' if waves == 'fst' else ''}",
+                     "-CFLAGS", f"-DSFNPU_TRACE_{waves.upper()}"]
+        self.waves = waves
+        self.executable = build_verilated(self.build_dir, name, verilog, driver, args, jobs,
                                           include_dirs=[REPO_ROOT / "firmware" / "include"])
 
     def run(self, blob: bytes, *, base: int = 0, window: tuple[int, int] | None = None,
-            max_cycles: int = 5_000_000, abort_after: int = 0) -> RunResult:
+            max_cycles: int = 5_000_000, abort_after: int = 0,
+            waves_file: Path | None = None) -> RunResult:
         """Run the image ``blob`` loaded at ``base``; the DMA window defaults to the whole
         DRAM model. ``abort_after`` > 0 writes CONTROL.soft_reset that many cycles after the
         start instead of waiting for the interrupt."""
@@ -271,9 +315,14 @@ class SystemHarness:
         paths = [self.build_dir / f"{tag}.{ext}" for ext in ("img", "dram", "txt")]
         try:
             paths[0].write_bytes(blob)
+            env = dict(os.environ)
+            if waves_file is not None:
+                if not self.waves:
+                    raise ValueError("this harness was built without waves (waves='fst'/'vcd')")
+                env["SFNPU_WAVES"] = str(waves_file)
             subprocess.run([str(self.executable), *map(str, paths), hex(base), hex(lo), hex(hi),
                             str(max_cycles), str(dump), str(abort_after)],
-                           check=True, timeout=600)
+                           check=True, timeout=600, env=env)
             dram = paths[1].read_bytes()
             lines = [line.split() for line in paths[2].read_text().splitlines()]
         finally:

@@ -9,6 +9,7 @@ the error code, the failing group and that the core returns to idle (no hang).
 """
 
 import dataclasses
+import os
 import functools
 import struct
 
@@ -407,3 +408,24 @@ def test_image_at_nonzero_base(tiny_harness, stack_blob):
     assert result.done and not result.error
     golden = bytes(GoldenModel(tiny_harness.config).run(stack_blob).dram)
     assert result.dram[base:base + len(golden)] == golden
+
+
+@pytest.mark.skipif(not os.environ.get("SFNPU_REGRESS"),
+                    reason="a second Verilator build (with tracing): make regress")
+def test_waves(tmp_path):
+    """`make sim WAVES=1`: the traced build writes the run's waves (FST with lz4, else VCD)."""
+    from sfnpu.tb.system import wave_format
+
+    kind, _ = wave_format()
+    config = get_config("tiny")
+    harness = SystemHarness(config, BUILD / f"tiny-waves-{kind}", waves=kind)
+    net, outputs = conv_stack()
+    _, blob = compiled_image(tmp_path, net, outputs, config)
+    waves = tmp_path / f"run.{kind}"
+    result = harness.run(blob, waves_file=waves)
+    assert result.done and not result.error
+    data = waves.read_bytes()
+    assert len(data) > 10_000
+    if kind == "vcd":
+        assert b" clk $end" in data[:1 << 16] and b"$enddefinitions" in data
+        assert data.count(b"\n#") > 2 * result.counters["CYCLES"]     # time steps of the run
