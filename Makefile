@@ -7,6 +7,8 @@
 #   make report   memory optimizer vs the paper's tables for every paper network (build/report)
 #   make modules  module-level allocation of Inception-V3 beside Kim et al.'s Table 1 (build/modules)
 #   make restructure  dataflow restructuring vs Cipolletta & Calimera (build/restructure)
+#   make bitstream  FPGA build (BOARD=ulx3s-85f: .bit with the open flow; kcu105, kcu1500: Vivado
+#                 project); make firmware  the C host program for a memory-mapped board
 
 PYTHON ?= python3
 VENV   := .venv
@@ -19,6 +21,7 @@ RUN = PATH="$(abspath $(VENV)/bin):$(VERILATOR_BIN):$$PATH"
 
 MODEL  ?=
 CONFIG ?= tiny
+BOARD  ?= ulx3s-85f
 SEED   ?= 0
 WAVES  ?=
 JOBS   ?= auto
@@ -51,8 +54,11 @@ docs: $(STAMP)
 modules: $(STAMP)
 	$(RUN) $(PY) -m sfnpu.cli modules inception_v3
 
-bench report restructure verilog bitstream firmware: $(STAMP)
+bench report restructure verilog firmware: $(STAMP)
 	$(RUN) $(PY) -m sfnpu.cli $@
+
+bitstream: $(STAMP)
+	$(RUN) $(PY) -m sfnpu.cli bitstream --board $(BOARD)
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

@@ -544,8 +544,64 @@ def cmd_report(args) -> int:
     return 0
 
 
-def cmd_not_built(args) -> int:
-    raise CliError(f"`{args.command}` is not built yet in this version of sfnpu")
+def cmd_bitstream(args) -> int:
+    from .bitstream import build_board
+
+    out = Path(args.out or REPO_ROOT / "build" / "bitstream" / args.board)
+    t0 = time.perf_counter()
+    kwargs = {"log": lambda text: console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {text}")}
+    if args.board == "ulx3s-85f":
+        kwargs.update(synth_only=args.synth_only, clock_mhz=args.clock_mhz, baud=args.baud,
+                      memory_bytes=args.memory_kib * 1024 if args.memory_kib else None,
+                      with_accelerator=not args.link_only)
+    elif args.synth_only or args.clock_mhz or args.memory_kib or args.link_only:
+        raise CliError(f"--synth-only, --link-only, --clock-mhz and --memory-kib apply to "
+                       f"ulx3s-85f; {args.board} gets a Vivado project")
+    result = build_board(args.board, out, **kwargs)
+    if args.board == "ulx3s-85f":
+        console.print((out / "report.md").read_text())
+    else:
+        console.print(f"Vivado project: {', '.join(result)}")
+    console.print(f"wrote {out} in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+def cmd_firmware(args) -> int:
+    """Build the Linux host program (memory-mapped accelerator) with the system C compiler."""
+    import os
+    import subprocess
+
+    from .tb.firmware import C_FLAGS, FIRMWARE, INCLUDE_DIRS, LIBRARY_SOURCES
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    exe = out / "sfnpu-run"
+    cc = os.environ.get("CC", "cc")
+    result = subprocess.run([cc, *C_FLAGS, *(f"-I{d}" for d in INCLUDE_DIRS),
+                             *map(str, LIBRARY_SOURCES), str(FIRMWARE / "host" / "main_devmem.c"),
+                             "-o", str(exe)], capture_output=True, text=True)
+    if result.returncode:
+        raise CliError(f"the firmware does not compile with {cc}:\n{result.stderr}")
+    console.print(f"wrote {exe} (run it without arguments for its usage)")
+    return 0
+
+
+def cmd_board(args) -> int:
+    """Run an image on a board over its UART host link."""
+    from .board import BoardRunner, UartLink, open_serial
+
+    blob = Path(args.image).read_bytes()
+    link = UartLink(open_serial(args.port, args.baud))
+    run = BoardRunner(link).run(blob, timeout_s=args.timeout)
+    console.print(f"status {run.status:#x}, error {run.error_code.name}"
+                  f"{f' in group {run.error_group}' if run.error else ''}")
+    for name, value in run.counters.items():
+        console.print(f"{name:<18} {value}")
+    console.print(f"per-group cycles: {run.group_cycles}")
+    if args.output:
+        Path(args.output).write_bytes(run.dram)
+        console.print(f"wrote the image footprint after the run to {args.output}")
+    return 1 if run.error else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -653,8 +709,30 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", default="build/report", help="output folder")
     rp.set_defaults(func=cmd_report)
 
-    for name in ("bitstream", "firmware"):
-        sub.add_parser(name, help="not built yet").set_defaults(func=cmd_not_built)
+    from .bitstream import BOARDS, DEFAULT_BAUD
+    bs = sub.add_parser("bitstream", help="FPGA build: ULX3S bitstream or a Vivado project")
+    bs.add_argument("--board", default="ulx3s-85f", choices=BOARDS)
+    bs.add_argument("--synth-only", action="store_true",
+                    help="ulx3s-85f: stop after synthesis (cell counts, no Fmax)")
+    bs.add_argument("--clock-mhz", type=float, help="ulx3s-85f: PLL clock (default: config)")
+    bs.add_argument("--baud", type=int, default=DEFAULT_BAUD, help="ulx3s-85f: UART speed")
+    bs.add_argument("--memory-kib", type=int, help="ulx3s-85f: block RAM for the image")
+    bs.add_argument("--link-only", action="store_true",
+                    help="ulx3s-85f: leave the accelerator out (a quick check of the flow)")
+    bs.add_argument("--out", help="output folder (default build/bitstream/BOARD)")
+    bs.set_defaults(func=cmd_bitstream)
+
+    fw = sub.add_parser("firmware", help="build the C host program for a memory-mapped board")
+    fw.add_argument("--out", default=str(REPO_ROOT / "build" / "firmware"))
+    fw.set_defaults(func=cmd_firmware)
+
+    bd = sub.add_parser("board", help="run a DRAM image on a board over its UART link")
+    bd.add_argument("image")
+    bd.add_argument("--port", required=True, help="serial device, e.g. /dev/ttyUSB0")
+    bd.add_argument("--baud", type=int, default=DEFAULT_BAUD)
+    bd.add_argument("--timeout", type=float, default=10.0, help="seconds a run may take")
+    bd.add_argument("-o", "--output", help="write the image footprint after the run here")
+    bd.set_defaults(func=cmd_board)
     return p
 
 
@@ -674,10 +752,12 @@ def _user_errors() -> tuple[type, ...]:
     from .compiler.importer import ModelError
     from .compiler.ir import IRError
     from .compiler.quantize import QuantizeError
+    from .bitstream import BitstreamError
+    from .board import LinkError
     from .sim.golden import GoldenError
 
     return (CliError, ConfigError, image.ImageError, isa.InstructionError, IRError, ModelError,
-            QuantizeError, GoldenError, FileNotFoundError)
+            QuantizeError, GoldenError, FileNotFoundError, BitstreamError, LinkError)
 
 
 if __name__ == "__main__":

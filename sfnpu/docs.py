@@ -129,7 +129,8 @@ def _c_struct(name: str, fields) -> list[str]:
             decl = f"{_C_TYPES[fmt]} {fname};"
         out.append(f"    {decl:<28} /* {doc.replace('`', '')} */")
     size = struct.calcsize("<" + "".join(f for _, f, _ in fields))
-    out += [f"}} {name};", f"_Static_assert(sizeof({name}) == {size}, \"{name} size\");", ""]
+    out += [f"}} {name};", f"SFNPU_STATIC_ASSERT(sizeof({name}) == {size}, \"{name} size\");",
+            ""]
     return out
 
 
@@ -140,6 +141,13 @@ def _image_h() -> str:
         "#define SFNPU_IMAGE_H",
         "",
         "#include <stdint.h>",
+        "",
+        "/* The layouts are checked at compile time, from C and from C++ (a test harness). */",
+        "#ifdef __cplusplus",
+        "#define SFNPU_STATIC_ASSERT(cond, text) static_assert(cond, text)",
+        "#else",
+        "#define SFNPU_STATIC_ASSERT(cond, text) _Static_assert(cond, text)",
+        "#endif",
         "",
         f"#define SFNPU_IMAGE_MAGIC \"{image.MAGIC.decode()}\"",
         f"#define SFNPU_IMAGE_VERSION {image.FORMAT_VERSION}u",
@@ -159,6 +167,37 @@ def _image_h() -> str:
     return "\n".join(out)
 
 
+def _c_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _strings_h() -> str:
+    """Names and explanations of the error codes, and the 64-bit counters as an X-macro, for
+    a driver that decodes ERROR_CODE and reads every counter without restating the list."""
+    counters = [name for name, (lo, _hi) in regmap.wide_registers().items() if lo.latched]
+    out = [
+        f"/* {_BANNER.format(src='sfnpu/regmap.py').replace('`', '')} */",
+        "#ifndef SFNPU_STRINGS_H",
+        "#define SFNPU_STRINGS_H",
+        "",
+        '#include "sfnpu_regs.h"',
+        "",
+        "/* ERROR_CODE values: X(NAME, meaning) for SFNPU_ERROR_NAME. */",
+        "#define SFNPU_ERRORS(X) \\",
+        *(f"    X({e.name}, {_c_string(regmap.ERROR_DOCS[e])}) \\" for e in regmap.ErrorCode),
+        "",
+        "/* The 64-bit event counters (read LO, then HI): X(NAME) for SFNPU_REG_NAME_LO. */",
+        "#define SFNPU_COUNTERS(X) \\",
+        *(f"    X({name}) \\" for name in counters),
+        "",
+        f"#define SFNPU_COUNTER_COUNT {len(counters)}u",
+        "",
+        "#endif /* SFNPU_STRINGS_H */",
+        "",
+    ]
+    return "\n".join(out)
+
+
 #: Generated files, relative to the repository root, and their renderers.
 GENERATED = {
     "docs/isa.md": _isa_md,
@@ -168,6 +207,7 @@ GENERATED = {
         _BANNER.format(src="`sfnpu/regmap.py`")),
     "firmware/include/sfnpu_regs.h": lambda: regmap.render_c_header(
         _BANNER.format(src="sfnpu/regmap.py").replace("`", "")),
+    "firmware/include/sfnpu_strings.h": _strings_h,
 }
 
 

@@ -46,12 +46,19 @@ def test_image_command(capsys, tmp_path):
     assert code == 2 and "cannot read" in out
 
 
-def test_configs_and_not_built_commands(capsys):
+def test_configs(capsys):
     code, out = run(capsys, "configs")
     assert code == 0 and "kcu1500" in out and "4096 MAC/cycle" in out
-    for command in ("bitstream", "firmware"):
-        code, out = run(capsys, command)
-        assert code == 2 and "not built yet" in out
+
+
+def test_bitstream_options_are_checked(capsys):
+    code, out = run(capsys, "bitstream", "--board", "kcu105", "--synth-only")
+    assert code == 2 and "apply to ulx3s-85f" in out
+
+
+def test_firmware_builds_the_host_program(capsys, tmp_path):
+    code, out = run(capsys, "firmware", "--out", str(tmp_path))
+    assert code == 0 and (tmp_path / "sfnpu-run").exists()
 
 
 def test_docs_check(capsys):

