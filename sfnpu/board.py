@@ -122,6 +122,7 @@ class BoardRun:
     error_addr: int
     counters: dict[str, int]
     group_cycles: list[int] = field(default_factory=list)
+    group_bytes: list[tuple[int, int]] = field(default_factory=list)   # DRAM read, written
     dram: bytes = b""          # the image footprint after the run
 
     @property
@@ -183,14 +184,18 @@ class BoardRunner:
                     regmap.wide_registers().items() if lo.latched}
         groups = link.csr_read(_reg("GROUP_COUNT"))
         link.csr_write(_reg("GROUP_LOG_INDEX"), 0)
-        cycles = [link.csr_read(_reg("GROUP_LOG_DATA"))
-                  for _ in range(min(groups, self.log_depth))]
+        cycles, group_bytes = [], []
+        for _ in range(min(groups, self.log_depth)):
+            # Byte counts first: reading GROUP_LOG_DATA advances the index.
+            group_bytes.append((link.csr_read(_reg("GROUP_LOG_READ_BYTES")),
+                                link.csr_read(_reg("GROUP_LOG_WRITE_BYTES"))))
+            cycles.append(link.csr_read(_reg("GROUP_LOG_DATA")))
         return BoardRun(
             status=status,
             error_code=ErrorCode(link.csr_read(_reg("ERROR_CODE")) & 0xFF),
             error_group=link.csr_read(_reg("ERROR_GROUP")),
             error_addr=link.read64("ERROR_ADDR"),
-            counters=counters, group_cycles=cycles,
+            counters=counters, group_cycles=cycles, group_bytes=group_bytes,
             dram=link.mem_read(0, footprint))
 
 

@@ -202,6 +202,8 @@ class FirmwareRun:
     report: dict[str, str]
     counters: dict[str, int]
     group_cycles: list[int] = field(default_factory=list)
+    group_read_bytes: list[int] = field(default_factory=list)
+    group_write_bytes: list[int] = field(default_factory=list)
     dram: bytes = b""
     text: str = ""
 
@@ -251,15 +253,17 @@ class FirmwareHarness:
         finally:
             for p in paths:
                 p.unlink(missing_ok=True)
-        report, counters, groups = {}, {}, []
+        report, counters, groups = {}, {}, []      # groups: (cycles, read, written)
         for line in text.splitlines():
             key, _, value = line.partition(" ")
             if key == "counter":
                 name, number = value.split()
                 counters[name] = int(number)
             elif key == "group":
-                groups.append(int(value.split()[1]))
+                groups.append(tuple(int(v) for v in value.split()[1:]))
             else:
                 report[key] = value
         return FirmwareRun(exit_code=int(report["exit"]), report=report, counters=counters,
-                           group_cycles=groups, dram=dram, text=text)
+                           group_cycles=[g[0] for g in groups],
+                           group_read_bytes=[g[1] for g in groups],
+                           group_write_bytes=[g[2] for g in groups], dram=dram, text=text)

@@ -51,6 +51,7 @@ def test_image_over_uart_matches_golden(board, stack):
     assert run.dram[:len(want)] == want
     assert len(run.group_cycles) == len(compiled.program.instructions)
     assert sum(run.group_cycles) == run.counters["CYCLES"] > 0
+    assert sum(w for _, w in run.group_bytes) == run.counters["DRAM_WRITE_BYTES"] > 0
 
 
 def test_hardware_error_over_uart(board, stack):

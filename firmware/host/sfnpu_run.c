@@ -87,16 +87,16 @@ int sfnpu_run_file(const sfnpu_platform_t *platform, const sfnpu_run_options_t *
         fprintf(report, "counter %s %llu\n", sfnpu_counter_names[k],
                 (unsigned long long)values[k]);
 
-    uint32_t groups = 0;
-    uint32_t *cycles = (uint32_t *)calloc(dev.group_log_depth ? dev.group_log_depth : 1,
-                                          sizeof *cycles);
-    if (!cycles)
+    uint32_t groups = 0, depth = dev.group_log_depth ? dev.group_log_depth : 1;
+    uint32_t *log = (uint32_t *)calloc(3u * depth, sizeof *log);   /* cycles, read, written */
+    if (!log)
         return driver_failed(report, "group log", SFNPU_E_ARGUMENT);
-    sfnpu_read_group_log(&dev, cycles, dev.group_log_depth, &groups);
+    sfnpu_read_group_log(&dev, log, log + depth, log + 2u * depth, dev.group_log_depth,
+                         &groups);
     fprintf(report, "groups %u\n", groups);
     for (uint32_t k = 0; k < groups && k < dev.group_log_depth; ++k)
-        fprintf(report, "group %u %u\n", k, cycles[k]);
-    free(cycles);
+        fprintf(report, "group %u %u %u %u\n", k, log[k], log[depth + k], log[2u * depth + k]);
+    free(log);
 
     if (options->dump_path) {
         uint8_t *footprint = (uint8_t *)malloc(dev.image_bytes);

@@ -85,9 +85,11 @@ int sfnpu_wait(sfnpu_dev_t *dev, uint64_t timeout_us, sfnpu_result_t *result);
 
 int sfnpu_read_counters(sfnpu_dev_t *dev, sfnpu_counters_t *counters);
 
-/* Per-group cycles of the last run: up to `max` entries; `*count` gets GROUP_COUNT (which may
- * exceed the log depth, in which case only the first GROUP_LOG_DEPTH groups are logged). */
-int sfnpu_read_group_log(sfnpu_dev_t *dev, uint32_t *cycles, uint32_t max, uint32_t *count);
+/* The per-group log of the last run: cycles, DRAM bytes read and written of up to `max` groups
+ * (`read_bytes`, `write_bytes` may be NULL); `*count` gets GROUP_COUNT (which may exceed the
+ * log depth, in which case only the first GROUP_LOG_DEPTH groups are logged). */
+int sfnpu_read_group_log(sfnpu_dev_t *dev, uint32_t *cycles, uint32_t *read_bytes,
+                         uint32_t *write_bytes, uint32_t max, uint32_t *count);
 
 /* Copy `bytes` of accelerator memory at `addr` (e.g. the image footprint, an output). */
 int sfnpu_read_memory(sfnpu_dev_t *dev, uint64_t addr, void *data, size_t bytes);

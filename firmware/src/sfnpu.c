@@ -144,17 +144,23 @@ int sfnpu_read_counters(sfnpu_dev_t *dev, sfnpu_counters_t *counters)
     return SFNPU_OK;
 }
 
-int sfnpu_read_group_log(sfnpu_dev_t *dev, uint32_t *cycles, uint32_t max, uint32_t *count)
+int sfnpu_read_group_log(sfnpu_dev_t *dev, uint32_t *cycles, uint32_t *read_bytes,
+                         uint32_t *write_bytes, uint32_t max, uint32_t *count)
 {
     if (!dev || !dev->platform || !count || (max && !cycles))
         return SFNPU_E_ARGUMENT;
     uint32_t groups = REG_READ(dev, SFNPU_REG_GROUP_COUNT);
     uint32_t logged = groups < dev->group_log_depth ? groups : dev->group_log_depth;
     *count = groups;
-    /* GROUP_LOG_DATA reads advance GROUP_LOG_INDEX. */
+    /* GROUP_LOG_DATA reads advance GROUP_LOG_INDEX: read the byte counts first. */
     REG_WRITE(dev, SFNPU_REG_GROUP_LOG_INDEX, 0);
-    for (uint32_t k = 0; k < logged && k < max; ++k)
+    for (uint32_t k = 0; k < logged && k < max; ++k) {
+        if (read_bytes)
+            read_bytes[k] = REG_READ(dev, SFNPU_REG_GROUP_LOG_READ_BYTES);
+        if (write_bytes)
+            write_bytes[k] = REG_READ(dev, SFNPU_REG_GROUP_LOG_WRITE_BYTES);
         cycles[k] = REG_READ(dev, SFNPU_REG_GROUP_LOG_DATA);
+    }
     return SFNPU_OK;
 }
 
