@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Instance, Module, Signal
+from amaranth.lib import io
 from amaranth.lib.cdc import ResetSynchronizer
 from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
@@ -85,7 +86,7 @@ class Ulx3sTop(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        clk25 = platform.request("clk25")
+        m.submodules.clk25 = clk25 = io.Buffer("i", platform.request("clk25", dir="-"))
         locked = Signal()
         pll_clock = Signal()
         m.domains.sync = ClockDomain("sync")
@@ -106,11 +107,16 @@ class Ulx3sTop(Elaboratable):
             self.config, memory_bytes=self.memory_bytes, uart_divisor=self.uart_divisor,
             heartbeat_bits=max(2, int(self.clock_mhz * 1e6).bit_length() - 1),
             with_accelerator=self.with_accelerator)
-        uart = platform.request("uart")
-        leds = [platform.request("led", k) for k in (0, 1, 7)]
+        uart = platform.request("uart", dir={"rx": "-", "tx": "-", "rts": "-", "dtr": "-"})
+        m.submodules.uart_rx = uart_rx = io.Buffer("i", uart.rx)
+        m.submodules.uart_tx = uart_tx = io.Buffer("o", uart.tx)
+        leds = []
+        for k in (0, 1, 7):
+            m.submodules[f"led_{k}"] = led = io.Buffer("o", platform.request("led", k, dir="-"))
+            leds.append(led)
         m.d.comb += [
-            system.uart_rx.eq(uart.rx.i),
-            uart.tx.o.eq(system.uart_tx),
+            system.uart_rx.eq(uart_rx.i),
+            uart_tx.o.eq(system.uart_tx),
             leds[0].o.eq(system.heartbeat),
             leds[1].o.eq(system.irq),
             leds[2].o.eq(locked),
