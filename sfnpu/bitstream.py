@@ -67,6 +67,7 @@ class EcpBuild:
     synth_cells: dict[str, int] = field(default_factory=dict)
     utilization: dict[str, tuple[int, int]] = field(default_factory=dict)
     fmax: dict[str, tuple[float, float]] = field(default_factory=dict)   # achieved, target
+    critical_path: dict[str, str] = field(default_factory=dict)
     bitstream: Path | None = None
 
     @property
@@ -81,6 +82,22 @@ def _run(step: str, command: list[str], cwd: Path, env: dict, log: Path) -> floa
         raise BitstreamError(f"{step} failed (exit {result.returncode}); log: {log}\n"
                              f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
     return time.perf_counter() - t0
+
+
+def _critical_path(log_text: str) -> dict[str, str]:
+    """Start, end, logic levels and delay split of the last clock-to-clock critical path
+    nextpnr reported (after routing)."""
+    start = log_text.rfind("Critical path report for clock")
+    if start < 0:
+        return {}
+    block = log_text[start:log_text.find("\n\n", start)]
+    sources = re.findall(r"^Info:\s+(\S+)\s+[\d.]+\s+[\d.]+ Source (\S+)", block, re.M)
+    summary = re.search(r"^Info: ([\d.]+ ns logic, [\d.]+ ns routing)", block, re.M)
+    if not sources:
+        return {}
+    return {"from": sources[0][1], "to": sources[-1][1],
+            "logic levels": str(sum(kind == "logic" for kind, _ in sources)),
+            "delay": summary[1] if summary else "?"}
 
 
 def _synth_cells(log_text: str) -> dict[str, int]:
@@ -131,6 +148,7 @@ def build_ecp5(out_dir, *, config: HwConfig | None = None, clock_mhz: float | No
         build.utilization = {k: (v["used"], v["available"])
                              for k, v in report["utilization"].items()}
         build.fmax = {k: (v["achieved"], v["constraint"]) for k, v in report["fmax"].items()}
+        build.critical_path = _critical_path((out / f"{ECP5_NAME}.tim").read_text())
         log("bitstream (ecppack)")
         ecppack = _script_command(script, "ECPPACK")
         build.seconds["ecppack"] = _run("ecppack", [env["ECPPACK"], *ecppack], out, env,
@@ -184,6 +202,9 @@ def ecp5_report(b: EcpBuild) -> str:
         for clock, (achieved, target) in b.fmax.items():
             lines.append(f"| `{clock}` | {achieved:.1f} MHz | {target:.1f} MHz | "
                          f"{'yes' if achieved >= target else '**no**'} |")
+        if b.critical_path:
+            lines += ["", "Critical path after routing: "
+                      + "; ".join(f"{k} `{v}`" for k, v in b.critical_path.items()) + "."]
         lines += ["", "Source: nextpnr's `--report` JSON (`sfnpu_ulx3s.report.json`) after "
                   "routing; the full log is `sfnpu_ulx3s.tim`."]
         if not b.met:

@@ -25,8 +25,10 @@ def check_build(build, out):
         assert 0 <= used <= available, key
     assert build.fmax and all(achieved > 0 and target == pytest.approx(100)
                               for achieved, target in build.fmax.values())
+    assert build.critical_path["from"] and build.critical_path["to"]
     report = (out / "report.md").read_text()
     assert "| EBR (DP16KD) |" in report and "achieved Fmax" in report
+    assert "Critical path after routing" in report
 
 
 def test_ulx3s_flow_without_accelerator():
