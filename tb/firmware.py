@@ -176,17 +176,24 @@ int main(int argc, char** argv) {{
 
 def build_firmware_library(build_dir: Path) -> Path:
     """Compile the driver and the host program core with the system C compiler (``CC`` or
-    ``cc``; warnings are errors) into the shared library ``libsfnpu.so``."""
+    ``cc``; warnings are errors) into a shared library named after a hash of its sources."""
     cc = os.environ.get("CC", "cc")
     if shutil.which(cc) is None:
         raise RuntimeError(f"C compiler {cc!r} not found: set CC or install cc")
     build_dir.mkdir(parents=True, exist_ok=True)
-    library = build_dir / f"libsfnpu-{os.getpid()}.so"
+    sources = [*LIBRARY_SOURCES, *(p for d in INCLUDE_DIRS for p in sorted(d.glob("*.h")))]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)
+                            + " ".join([cc, *C_FLAGS]).encode()).hexdigest()[:16]
+    library = build_dir / f"libsfnpu-{digest}.so"
+    if library.exists():
+        return library
+    partial = build_dir / f"libsfnpu-{digest}.{os.getpid()}.tmp"
     result = subprocess.run([cc, *C_FLAGS, "-shared", "-fPIC",
                              *(f"-I{d}" for d in INCLUDE_DIRS), *map(str, LIBRARY_SOURCES),
-                             "-o", str(library)], capture_output=True, text=True)
+                             "-o", str(partial)], capture_output=True, text=True)
     if result.returncode:
         raise RuntimeError(f"the firmware does not compile:\n{result.stderr[-4000:]}")
+    os.replace(partial, library)       # atomic: parallel test workers may build it too
     return library
 
 
