@@ -101,7 +101,8 @@ class Ulx3sTop(Elaboratable):
             i_RST=0, i_STDBY=0, i_CLKI=clk25.i, o_CLKOP=pll_clock, i_CLKFB=pll_clock, i_PHASESEL0=0, i_PHASESEL1=0, i_PHASEDIR=1,
             i_PHASESTEP=1, i_PHASELOADREG=1, i_PLLWAKESYNC=0, i_ENCLKOP=0, o_LOCK=locked)
         m.submodules.reset_sync = ResetSynchronizer(~locked, domain="sync")
-        platform.add_clock_constraint(pll_clock, self.clock_mhz * 1e6)
+        # No constraint on pll_clock: nextpnr derives the PLL output's from the oscillator's
+        # and the divider settings (a net constraint would name a net synthesis renamed).
 
         m.submodules.system = system = BoardSystem(
             self.config, memory_bytes=self.memory_bytes, uart_divisor=self.uart_divisor,
