@@ -40,7 +40,7 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 test: $(STAMP)
-	$(RUN) $(PY) -m pytest -n $(JOBS) -q tests
+	$(RUN) $(PY) -m pytest -n $(JOBS) -q --durations=15 tests
 
 regress: $(STAMP)
 	$(RUN) SFNPU_REGRESS=1 $(PY) -m pytest -n $(JOBS) -q tests
