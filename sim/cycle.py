@@ -372,6 +372,8 @@ class CycleModel:
             cycles = max(last_command + 1 + self.issue + self.latency, last_write + 1) + 1
         else:
             cycles = last_write + 1
+        # The datapath must drain too: rows no pooling window uses are still computed.
+        cycles = max(cycles, results[-1] + 1)
         # Both directions share the bus: no faster than all bytes at the sustained rate.
         if dram.busy:
             cycles = max(cycles, ceil(1 + self.issue + self.latency + dram.busy
