@@ -285,7 +285,9 @@ class SystemHarness:
         # Verilator escapes "__" in port names (the Verilog backend's member separator).
         driver = re.sub(r"dut->(\w+)", lambda m: "dut->" + m[1].replace("__", "___05F"),
                         driver)
-        args = ["-O2"]
+        # The model's per-cycle code with GCC's -O2 instead of the wheel's -Os: about 25 %
+        # faster simulation (PP-LCNet: 126 → 159 k cycles/s) for a similar build time.
+        args = ["-O2", "-MAKEFLAGS", "OPT_FAST=-O2"]
         if waves not in (None, "fst", "vcd"):
             raise ValueError(f"waves={waves!r}: choose 'fst', 'vcd' or None")
         if waves:
