@@ -39,7 +39,7 @@ from sfnpu.config import MAX_KERNEL, ROW_BUFFER_ROWS, HwConfig
 from sfnpu.isa import Activation, ConvKind, Eltwise, Instruction, InputTransform, MemSpace, \
     Pool, Reuse
 
-__all__ = ["CycleModel", "GroupTiming", "ModelRun", "Comparison", "compare", "group_dram_bytes",
+__all__ = ["CycleModel", "GroupTiming", "ModelRun", "Comparison", "compare",
            "GROUP_TOLERANCE", "RUN_TOLERANCE", "CYCLE_SLACK"]
 
 
@@ -57,8 +57,7 @@ class GroupTiming:
     reuse: Reuse
     control: int            # fetch, decode, parameter and weight loading
     compute: int            # the compute phases (all chunks)
-    bound: str              # what limits the compute phase: "mac", "dram" or "post"
-    macs: int
+    bound: str              # what limits the compute phase: "mac" or "dram"
 
 
 @dataclass
@@ -209,25 +208,25 @@ class CycleModel:
         loads_weights = not (s.identity or s.streaming)
         compute = 0
         bounds = []
-        for k, obs in enumerate(chunks):
+        for obs in chunks:
             if loads_weights:
                 w_len = (s.in_blocks * s.taps * L if s.depthwise
                          else obs * s.ib * s.steps * cfg.ti * cfg.to)
                 n = self.beats(0, w_len)
                 control += self.read_transfer(n)
                 read += n * B
-            cycles, r, w, bound = self._compute(instr, s, obs, k)
+            cycles, r, w, bound = self._compute(instr, s, obs)
             compute += cycles + 1                              # + COMPUTE_START
             read += r
             write += w
             bounds.append(bound)
         cycles = control + compute + 1                          # + GROUP_END
         return GroupTiming(index, cycles, read, write, instr.reuse, control, compute,
-                           max(set(bounds), key=bounds.count), _macs(instr, s))
+                           max(set(bounds), key=bounds.count))
 
     # -- the compute phase ------------------------------------------------------------------
 
-    def _compute(self, instr: Instruction, s: _Shape, obs: int, chunk: int):
+    def _compute(self, instr: Instruction, s: _Shape, obs: int):
         """(cycles, read bytes, write bytes, bound) of one chunk of ``obs`` output blocks,
         from the first cycle of COMPUTE to the cycle ``compute_done`` rises."""
         from sfnpu.hw.conv_array import fetch_cycles
@@ -503,26 +502,15 @@ def _post_latency(instr: Instruction) -> int:
     return depth
 
 
-def _macs(instr: Instruction, s: _Shape) -> int:
-    if s.identity:
-        return 0
-    per_output = instr.kh * instr.kw * (1 if s.depthwise else instr.in_c)
-    return instr.out_c * s.conv_h * s.conv_w * per_output
-
-
-def group_dram_bytes(instr: Instruction, config: HwConfig) -> tuple[int, int]:
-    """(read, write) DRAM bytes of one group, as the hardware moves them."""
-    g = CycleModel(config).group(instr)
-    return g.read_bytes, g.write_bytes
-
-
 #: Largest relative difference between the model's and the RTL's cycles accepted in any one
 #: group, and over a whole run. The measured agreement (``make bench``, ``sfnpu sim``) is
 #: reported beside them; the goal is exact.
 GROUP_TOLERANCE = 0.15
 RUN_TOLERANCE = 0.03
 #: Cycles of difference accepted per group whatever the ratio: in groups of a few hundred
-#: cycles a handful of fixed-cost cycles is a large share.
+#: cycles a handful of fixed-cost cycles is a large share. Without it, small random networks
+#: miss the run tolerance (measured: an 800-cycle run modelled +34 cycles, +4.25 %) — a known
+#: fixed-cost error of the model that this slack hides, not a property of the hardware.
 CYCLE_SLACK = 32
 
 

@@ -39,6 +39,8 @@ def test_ulx3s_flow_without_accelerator():
     assert build.utilization["DP16KD"][0] == MEMORY_BYTES // 2048
     assert build.utilization["MULT18X18D"][0] == 0
     assert "left out" in (out / "report.md").read_text()
+    # Without the accelerator the board logic meets its clock (measured 106.6 MHz).
+    assert all(achieved >= target for achieved, target in build.fmax.values()), build.fmax
 
 
 @pytest.mark.skipif(not os.environ.get("SFNPU_REGRESS"),
