@@ -736,8 +736,10 @@ def plan_modules(graph: Graph, groups: Sequence[Group], config: HwConfig,
 
 def apply_modules(compiled: Compiled, capacity: Sequence[int] | None = None) -> Compiled:
     """``compiled`` running the module allocation: same inputs and outputs, placed program."""
-    from .pipeline import Compiled
-
     plan = plan_modules(compiled.graph, compiled.groups, compiled.program.config, capacity)
-    return Compiled(dataclasses.replace(compiled.imported, graph=plan.graph), list(plan.groups),
-                    plan.program)
+    pipeline = dataclasses.replace(compiled.pipeline, modules=True, module_capacity=(
+        None if capacity is None else tuple(capacity)))
+    return dataclasses.replace(compiled, imported=dataclasses.replace(compiled.imported,
+                                                                      graph=plan.graph),
+                               groups=list(plan.groups), program=plan.program,
+                               pipeline=pipeline)

@@ -8,7 +8,7 @@ QDQ model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 import numpy as np
@@ -22,7 +22,35 @@ from .groups import Group, fuse
 from .passes import run_passes
 from .importer import Imported, import_model
 
-__all__ = ["Compiled", "compile_model", "run_onnxruntime", "is_quantised", "ensure_qdq"]
+__all__ = ["Compiled", "PipelineConfig", "STEPS", "compile_model", "run_onnxruntime",
+           "is_quantised", "ensure_qdq"]
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """The switches of the compile pipeline — one definition, read by :func:`compile_model`,
+    the command line (``--modules``) and the tests."""
+    #: Kim et al.'s module-level on-chip allocation (:mod:`.modules`): branches re-ordered,
+    #: module feature maps in the buffers {0, 1, 2} instead of DRAM.
+    modules: bool = False
+    #: Bytes of each buffer the module allocation may use; None: the configuration's.
+    module_capacity: tuple[int, int, int] | None = None
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        """The names of the steps this configuration runs, in order."""
+        return tuple(name for name, switch in STEPS if switch is None or getattr(self, switch))
+
+
+#: The compile pipeline, in order: (step, the PipelineConfig field that switches it on, or
+#: None for a step that always runs).
+STEPS: tuple[tuple[str, str | None], ...] = (
+    ("import", None),         # QDQ ONNX → IR (importer.py)
+    ("passes", None),         # IR passes (passes.py)
+    ("fuse", None),           # IR nodes → groups (groups.py)
+    ("generate", None),       # groups → instructions, every feature map in DRAM (codegen.py)
+    ("modules", "modules"),   # module-level allocation (modules.py)
+)
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
@@ -44,6 +72,7 @@ class Compiled:
     imported: Imported
     groups: list[Group]
     program: Program
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)   # what produced it
 
     @property
     def graph(self):
@@ -94,9 +123,15 @@ def ensure_qdq(src, workdir, calibration=None, activation_signed: bool = False):
     return out, notes
 
 
-def compile_model(src, config: HwConfig) -> Compiled:
+def compile_model(src, config: HwConfig, pipeline: PipelineConfig = PipelineConfig()
+                  ) -> Compiled:
+    """Run the steps of :data:`STEPS` that ``pipeline`` switches on."""
     imported = import_model(src)
     graph, _ = run_passes(imported.graph)
     imported = replace(imported, graph=graph)
     groups = fuse(graph)
-    return Compiled(imported, groups, generate(graph, groups, config))
+    compiled = Compiled(imported, groups, generate(graph, groups, config), pipeline)
+    if pipeline.modules:
+        from .modules import apply_modules
+        compiled = apply_modules(compiled, pipeline.module_capacity)
+    return compiled

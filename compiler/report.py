@@ -35,6 +35,7 @@ def compile_report(compiled: Compiled, source: str, notes: list[str] = ()) -> st
         f"- hardware: {prog.config.summary()}",
         f"- ONNX nodes: {compiled.imported.onnx_nodes} → IR nodes: "
         f"{len(compiled.graph.nodes)} → groups (instructions): {len(prog.instructions)}",
+        f"- pipeline steps: {', '.join(compiled.pipeline.steps)}",
         f"- DRAM image: {prog.layout.image_bytes} bytes (parameters {len(prog.params)})",
         f"- host before the accelerator: QuantizeLinear of {len(prog.inputs)} input(s)",
         f"- host after the accelerator: "

@@ -319,11 +319,12 @@ def _calibration(args):
 
 
 def _compile(args, workdir: Path):
-    from .compiler.pipeline import compile_model, ensure_qdq
+    from .compiler.pipeline import PipelineConfig, compile_model, ensure_qdq
 
     path, notes = ensure_qdq(args.model, workdir, _calibration(args),
                              activation_signed=args.int8_activations)
-    return compile_model(path, get_config(args.config)), path, notes
+    pipeline = PipelineConfig(modules=args.modules)
+    return compile_model(path, get_config(args.config), pipeline), path, notes
 
 
 def cmd_compile(args) -> int:
@@ -439,9 +440,6 @@ def cmd_run(args) -> int:
             from .sim.golden import GoldenModel
 
             compiled, _, _ = _compile(args, Path(tmp))
-            if args.modules:
-                from .compiler.modules import apply_modules
-                compiled = apply_modules(compiled)
             names = [i.name for i in compiled.imported.host.prologue.graph.input]
             config = get_config(args.config)
             backend = {"rtl": rtl_outputs, "model": model_outputs}.get(
@@ -636,6 +634,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "(float models; default: a synthetic set, named as such)")
         parser.add_argument("--int8-activations", action="store_true",
                             help="quantise activations to int8 instead of uint8")
+        parser.add_argument("--modules", action="store_true",
+                            help="pipeline step 'modules': module-level on-chip allocation "
+                            "(Kim et al.; see `sfnpu modules`)")
 
     c = sub.add_parser("compile", help="compile an ONNX model to a DRAM image and a report")
     model_options(c)
@@ -650,8 +651,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="golden model, onnxruntime on the QDQ model, the RTL on Verilator, or "
                         "the cycle model (latency and DRAM bytes per group; values from the "
                         "golden model)")
-    r.add_argument("--modules", action="store_true",
-                   help="module-level on-chip allocation (Kim et al.; see `sfnpu modules`)")
     r.add_argument("-o", "--output", required=True)
     r.set_defaults(func=cmd_run)
 

@@ -14,7 +14,7 @@ from sfnpu.cli import main
 from sfnpu.compiler.modules import (LOADED_SUFFIX, ModuleError, check_placement,
                                     detect_modules, module_group_indices, plan_modules,
                                     traffic_by_group)
-from sfnpu.compiler.pipeline import compile_model
+from sfnpu.compiler.pipeline import PipelineConfig, compile_model
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
 from sfnpu.isa import MemSpace, Reuse
@@ -137,6 +137,26 @@ def test_placement_runs_like_the_all_dram_program(compiled, plan):
     assert sum(naive[i].reads for m in plan.naive_modules for i in m.groups) == \
         sum(len(m.groups) for m in plan.naive_modules)
     assert all(plan.program.instructions[i].reuse == Reuse.FRAME for i in inside)
+
+
+@pytest.mark.parametrize("buffer_kib", [None, 4])
+def test_pipeline_switch_places_the_modules(compiled, buffer_kib):
+    """The pipeline's ``modules`` step: compiling with the switch on gives the pass's
+    placement (also with smaller buffers), and the program computes what the all-DRAM one
+    computes, bit for bit."""
+    net, path, c = compiled
+    capacity = None if buffer_kib is None else (buffer_kib * 1024,) * 3
+    switched = compile_model(path, TINY, PipelineConfig(modules=True, module_capacity=capacity))
+    assert c.pipeline.steps == ("import", "passes", "fuse", "generate")
+    assert switched.pipeline.steps == ("import", "passes", "fuse", "generate", "modules")
+    p = plan_modules(c.graph, c.groups, TINY, capacity)
+    assert switched.program.instructions == p.program.instructions
+    assert [g.name for g in switched.groups] == [g.name for g in p.groups]
+    assert switched.program.instructions != c.program.instructions
+    assert any(loc.space != MemSpace.DRAM for loc in switched.program.locations.values())
+    want, _ = golden_outputs(c.program, c, net, TINY)
+    got, _ = golden_outputs(switched.program, switched, net, TINY)
+    assert len(want) == len(got) and all(np.array_equal(w, g) for w, g in zip(want, got))
 
 
 @pytest.mark.parametrize("buffer_kib", [4, 7])
@@ -306,8 +326,13 @@ def test_cli_writes_the_report(compiled, tmp_path, capsys):
 
 
 def test_cli_run_with_modules_matches_onnxruntime(compiled, tmp_path):
-    """`sfnpu run --modules`: the placed program's outputs are onnxruntime's."""
+    """`sfnpu run --modules` (the pipeline's switch): the placed program's outputs are
+    onnxruntime's; `sfnpu compile --modules` reports the step."""
     net, path, _ = compiled
+    assert main(["compile", str(path), "--modules", "-o", str(tmp_path / "out")]) == 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "pipeline steps: import, passes, fuse, generate, modules" in report
+    assert any(f"| BUF{k}+" in report for k in range(3))     # a module map on chip
     np.save(tmp_path / "x.npy", net.samples(1, seed=9))
     for backend, extra in (("onnxruntime", []), ("golden", ["--modules"])):
         assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--backend",
