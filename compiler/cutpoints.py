@@ -7,13 +7,16 @@ encoder–decoder network two, split at the network cut of :mod:`.blocks` (block
 reuse if ``i < L1`` or ``i ≥ N1 + L2``), PANet three and r repeated BiFPN layers 2r + 1 (the
 segments :mod:`.blocks` finds). In general, segment ``j`` is row-then-frame when ``j`` is even
 and frame-then-row when odd, and the exhaustive search over all segment cuts costs
-∏(nⱼ + 1) = O(Nᵏ) evaluations.
+∏(nⱼ + 1) = O(Nᵏ) evaluations. Where the network has long-path tensors (:mod:`.memory`),
+every cut combination is evaluated twice: with them off chip (the paper's choice for
+long-lifetime data) and held on chip, which the budget may or may not afford.
 
 Each candidate is allocated (:mod:`.memory`); it is feasible when every buffer requirement
 (eqs. 1–7) fits the budget — then weights are read exactly once and every feature-map access
 happens at most once (constraint 10), because those buffers are what make single access
-possible. Among feasible candidates the objective picks the best: ``"latency"`` (the sum of a
-per-instruction latency callable) or ``"sram"`` (eq. 6, for Table II).
+possible. Among feasible candidates the objective picks the best: ``"latency"`` (eq. 10: the
+sum of a per-instruction latency callable, by default the cycle model's), ``"sram"`` (eq. 6,
+for Table II) or ``"dram"`` (eq. 9, exact bytes).
 
 Latency is the cycle model's (:mod:`sfnpu.sim.cycle`): the cycles of each placed group on the
 hardware configuration, the sum over the program (:func:`model_latency`).
@@ -33,13 +36,14 @@ from sfnpu.isa import ConvKind, Instruction, MemSpace, Reuse
 
 from .blocks import Blocks, detect_blocks
 from .memory import (WEIGHT_BUFFER, AllocationError, Budget, Policy, Requirements, Traffic,
-                     Violation, accesses, allocate, dense_requirements, instruction_needs, place,
-                     requirements, traffic)
+                     Violation, accesses, allocate, dense_requirements, instruction_needs,
+                     long_path_tensors, place, requirements, traffic)
 
 __all__ = [
     "LatencyFn", "model_latency", "conv_macs", "Evaluation", "SearchResult",
-    "NoFeasiblePolicy", "cut_policies", "count_policies", "single_cut_policies",
-    "double_cut_policies", "evaluate", "search", "Progress",
+    "NoFeasiblePolicy", "cut_policies", "count_policies", "long_path_options", "HELD",
+    "single_cut_policies",
+    "double_cut_policies", "evaluate", "select", "search", "Progress",
 ]
 
 #: Cycles one placed instruction takes (its reuse mode and operand locations included).
@@ -73,30 +77,45 @@ def _model_latency(config: HwConfig) -> LatencyFn:
 # Candidate policies
 # --------------------------------------------------------------------------------------------
 
-def cut_policies(blocks: Blocks, segments: Sequence[int] | None = None) -> Iterator[Policy]:
+#: Label suffix of a policy that keeps long-path tensors on chip.
+HELD = " +long paths on chip"
+
+
+def cut_policies(blocks: Blocks, segments: Sequence[int] | None = None,
+                 long_paths: Sequence[bool] = (False,)) -> Iterator[Policy]:
     """Every policy with one cut-point per segment (O(Nᵏ) for k segments).
 
     ``segments``: block counts, summing to the number of blocks (default: the network cut's
     segments). Segment ``j`` runs row reuse before its cut when ``j`` is even (scale falling),
     frame reuse before its cut when ``j`` is odd (scale rising); cut ``L_j`` ranges over
-    ``0..n_j`` (both ends included: the segment entirely in one mode).
+    ``0..n_j`` (both ends included: the segment entirely in one mode). ``long_paths``: the
+    values of :attr:`Policy.hold_long_paths` to enumerate, each over all cuts.
     """
     segments = tuple(blocks.segments if segments is None else segments)
     if sum(segments) != len(blocks) or any(n < 0 for n in segments):
         raise ValueError(f"segments {segments} do not partition {len(blocks)} blocks")
-    for cuts in itertools.product(*(range(n + 1) for n in segments)):
-        modes: list[Reuse] = []
-        for j, (n, cut) in enumerate(zip(segments, cuts)):
-            first, second = (Reuse.ROW, Reuse.FRAME) if j % 2 == 0 else \
-                (Reuse.FRAME, Reuse.ROW)
-            modes += [first] * cut + [second] * (n - cut)
-        label = f"L={cuts[0]}" if len(cuts) == 1 else f"L={cuts}"
-        yield Policy(tuple(modes), label, tuple(cuts))
+    for hold in long_paths:
+        for cuts in itertools.product(*(range(n + 1) for n in segments)):
+            modes: list[Reuse] = []
+            for j, (n, cut) in enumerate(zip(segments, cuts)):
+                first, second = (Reuse.ROW, Reuse.FRAME) if j % 2 == 0 else \
+                    (Reuse.FRAME, Reuse.ROW)
+                modes += [first] * cut + [second] * (n - cut)
+            label = (f"L={cuts[0]}" if len(cuts) == 1 else f"L={cuts}") + (HELD if hold else "")
+            yield Policy(tuple(modes), label, tuple(cuts), hold)
 
 
-def count_policies(blocks: Blocks, segments: Sequence[int] | None = None) -> int:
-    """How many policies :func:`cut_policies` yields: ∏(nⱼ + 1)."""
-    return prod(n + 1 for n in (blocks.segments if segments is None else segments))
+def count_policies(blocks: Blocks, segments: Sequence[int] | None = None,
+                   long_paths: Sequence[bool] = (False,)) -> int:
+    """How many policies :func:`cut_policies` yields: ∏(nⱼ + 1) per long-path option."""
+    return len(long_paths) * prod(
+        n + 1 for n in (blocks.segments if segments is None else segments))
+
+
+def long_path_options(compiled, blocks: Blocks) -> tuple[bool, ...]:
+    """Both long-path treatments when the network has long paths, else only the default."""
+    return (False, True) if long_path_tensors(compiled.graph, compiled.groups, blocks) \
+        else (False,)
 
 
 def single_cut_policies(blocks: Blocks) -> Iterator[Policy]:
@@ -158,8 +177,23 @@ def evaluate(compiled, blocks: Blocks, policy: Policy, budget: Budget,
 _OBJECTIVES = {
     "latency": lambda e: (e.latency, e.sram, e.traffic.total),
     "sram": lambda e: (e.sram, e.traffic.total, e.latency),
-    "dram": lambda e: (e.traffic.total, e.sram, e.latency),
+    "dram": lambda e: (e.traffic.total, e.latency, e.sram),
 }
+
+
+def select(evaluations: Sequence[Evaluation], objective: str = "latency",
+           budget: Budget | None = None) -> Evaluation | None:
+    """The best feasible candidate by ``objective`` (ties: the other two objectives), or None.
+
+    ``budget``: also require the requirements to fit it — exact for limits that do not steer
+    the allocation (BRAM18K, the fixed-size buffers), as the candidates keep the placement
+    they were evaluated with.
+    """
+    if objective not in _OBJECTIVES:
+        raise ValueError(f"objective {objective!r}: choose one of {', '.join(_OBJECTIVES)}")
+    fits = [e for e in evaluations
+            if e.feasible and (budget is None or not budget.violations(e.requirements))]
+    return min(fits, key=_OBJECTIVES[objective], default=None)
 
 
 @dataclass(frozen=True)
@@ -185,26 +219,29 @@ Progress = Callable[[int, int], None]
 def search(compiled, budget: Budget | None = None, latency: LatencyFn | None = None,
            objective: str = "latency", blocks: Blocks | None = None,
            segments: Sequence[int] | None = None,
-           progress: Progress | None = None) -> SearchResult:
+           progress: Progress | None = None,
+           long_paths: Sequence[bool] | None = None) -> SearchResult:
     """Exhaustive cut-point search over one cut per segment — single cut, double cut at the
     network cut, three for PANet, 2r + 1 for BiFPN (the segments of :mod:`.blocks`), or the
-    given ``segments``; raises :class:`NoFeasiblePolicy` naming what does not fit."""
+    given ``segments`` — each with long-path tensors off and on chip (``long_paths``, default
+    :func:`long_path_options`); raises :class:`NoFeasiblePolicy` naming what does not fit."""
     if objective not in _OBJECTIVES:
         raise ValueError(f"objective {objective!r}: choose one of {', '.join(_OBJECTIVES)}")
     config = compiled.program.config
     budget = Budget.of(config) if budget is None else budget
     blocks = detect_blocks(compiled.graph, compiled.groups) if blocks is None else blocks
-    total = count_policies(blocks, segments)
+    if long_paths is None:
+        long_paths = long_path_options(compiled, blocks)
+    total = count_policies(blocks, segments, long_paths)
     evaluations = []
-    for p in cut_policies(blocks, segments):
+    for p in cut_policies(blocks, segments, long_paths):
         evaluations.append(evaluate(compiled, blocks, p, budget, latency))
         if progress is not None:
             progress(len(evaluations), total)
     evaluations = tuple(evaluations)
-    feasible = [e for e in evaluations if e.feasible]
-    if not feasible:
+    best = select(evaluations, objective)
+    if best is None:
         raise NoFeasiblePolicy(_diagnose(compiled, blocks, budget, evaluations))
-    best = min(feasible, key=_OBJECTIVES[objective])
     return SearchResult(best, evaluations, objective, blocks)
 
 

@@ -46,12 +46,11 @@ from .groups import Group
 from .ir import Graph
 
 __all__ = [
-    "AllocationError", "Policy", "Allocation", "classify", "allocate", "staging",
-    "needs_staging", "row_weights", "place", "apply_policy", "check_program", "CheckReport",
-    "Requirements", "requirements", "dense_requirements", "instruction_needs", "Budget",
-    "Violation",
-    "GroupTraffic", "Traffic", "traffic", "accesses", "bram18k_eq7", "WEIGHT_BUFFER",
-    "PSUM_BYTES",
+    "AllocationError", "Policy", "Allocation", "classify", "long_path_tensors", "allocate",
+    "staging", "needs_staging", "row_weights", "place", "apply_policy", "check_program",
+    "CheckReport", "Requirements", "requirements", "dense_requirements", "instruction_needs",
+    "Budget", "Violation", "GroupTraffic", "Traffic", "traffic", "accesses", "bram18k_eq7",
+    "WEIGHT_BUFFER", "PSUM_BYTES",
 ]
 
 #: The buffer that holds a row-mode group's weights (eq. 2).
@@ -89,10 +88,12 @@ def _align(n: int, a: int) -> int:
 @dataclass(frozen=True)
 class Policy:
     """Data reuse policy L: one weight-reuse mode per block (``cuts``: the cut-point of each
-    segment, when the policy comes from a cut-point enumeration)."""
+    segment, when the policy comes from a cut-point enumeration). ``hold_long_paths``: keep
+    long-path tensors (:func:`classify`) on chip too, trading buffer space for DRAM traffic."""
     modes: tuple[Reuse, ...]
     label: str = ""
     cuts: tuple[int, ...] = ()
+    hold_long_paths: bool = False
 
     def group_modes(self, blocks: Blocks) -> tuple[Reuse, ...]:
         if len(self.modes) != len(blocks):
@@ -164,14 +165,32 @@ def _related(gg: GroupGraph, blocks: Blocks, g: int, producer: int,
     return gg.is_ancestor(producer, g) and any(gg.is_ancestor(g, r) for r in readers)
 
 
+def _long_path(gg: GroupGraph, blocks: Blocks, groups: Sequence[Group], producer: int,
+               readers: Sequence[int]) -> str:
+    """Why a tensor is a long path (the first unrelated group held across), or ""."""
+    for g in range(producer + 1, max(readers)):
+        if not _related(gg, blocks, g, producer, readers):
+            return f"long path: held while unrelated group {g} ({groups[g].name}) runs"
+    return ""
+
+
+def long_path_tensors(graph: Graph, groups: Sequence[Group], blocks: Blocks) -> set[str]:
+    """Tensors that are a long path under some policy: those of the all-frame policy, since
+    row reuse only sends more tensors to DRAM before the long-path test."""
+    verdict = classify(graph, groups, blocks, (Reuse.FRAME,) * len(groups))
+    return {t for t, why in verdict.items() if why.startswith("long path")}
+
+
 def classify(graph: Graph, groups: Sequence[Group], blocks: Blocks,
-             modes: Sequence[Reuse]) -> dict[str, str]:
+             modes: Sequence[Reuse], hold_long_paths: bool = False) -> dict[str, str]:
     """Every tensor a group writes → "" if it stays on chip, else why it stays in DRAM.
 
     A long path is a tensor held while some group runs that neither reads it, nor belongs to
     its producer's or a reader's block, nor lies on a path from its producer to a reader — e.g.
     the backbone feature maps an FPN reads much later, or a branch kept while an interleaved
-    sibling branch runs (Sec. IV-A keeps such long-lifetime data off chip).
+    sibling branch runs. By default such long-lifetime data stays off chip (Sec. IV-A does so
+    for concat data); ``hold_long_paths`` keeps it on chip — the allocator then holds it beside
+    the unrelated work, which costs buffer space and saves its DRAM write and reads.
     """
     gg = blocks.graph
     dests = {g.dest for g in groups if g.dest is not None}
@@ -193,11 +212,7 @@ def classify(graph: Graph, groups: Sequence[Group], blocks: Blocks,
         elif any(groups[r].input == t and groups[r].shortcut == t for r in readers):
             why = "read twice by one group (one read port per buffer)"
         else:
-            why = ""
-            for g in range(p + 1, max(readers)):
-                if not _related(gg, blocks, g, p, readers):
-                    why = f"long path: held while unrelated group {g} ({groups[g].name}) runs"
-                    break
+            why = "" if hold_long_paths else _long_path(gg, blocks, groups, p, readers)
         verdict[t] = why
     return verdict
 
@@ -245,10 +260,11 @@ class _Allocator:
 
     def __init__(self, graph: Graph, groups: Sequence[Group], program: Program,
                  blocks: Blocks, modes: Sequence[Reuse], capacity,
-                 reserved: Mapping[tuple[int, int], int] = {}):
+                 reserved: Mapping[tuple[int, int], int] = {}, hold_long_paths: bool = False):
         self.graph, self.groups, self.program = graph, groups, program
         self.config = program.config
         self.blocks, self.modes = blocks, tuple(modes)
+        self.hold_long_paths = hold_long_paths
         self.capacity = capacity
         self.items: list[_Item] = []
         self.extent = [0, 0, 0]
@@ -291,7 +307,8 @@ class _Allocator:
 
     def run(self) -> Allocation:
         gg, cfg = self.blocks.graph, self.config
-        verdict = classify(self.graph, self.groups, self.blocks, self.modes)
+        verdict = classify(self.graph, self.groups, self.blocks, self.modes,
+                           self.hold_long_paths)
         self.loc = dict(self.program.locations)
         drafts = self.program.instructions
         for i, instr in enumerate(drafts):
@@ -382,7 +399,8 @@ def allocate(graph: Graph, groups: Sequence[Group], program: Program, blocks: Bl
     reserved: dict[tuple[int, int], int] = {}
     while True:
         try:
-            return _Allocator(graph, groups, program, blocks, modes, capacity, reserved).run()
+            return _Allocator(graph, groups, program, blocks, modes, capacity, reserved,
+                              policy.hold_long_paths).run()
         except _StagingConflict as e:
             # Redo the placement with this staging area held from the start; each retry adds
             # a (group, buffer) pair, so there are at most three per staging group.
@@ -604,7 +622,8 @@ class Requirements:
 
 
 def instruction_needs(instr: Instruction, config: HwConfig) -> dict[str, int]:
-    """One placed group's terms of eqs. 1, 3, 4 and 5 (bytes)."""
+    """One placed group's terms of eqs. 1, 3, 4 and 5 (bytes) on sfnpu's controller (the
+    paper's frame-wide partial-sum and write buffers: :func:`dense_requirements`)."""
     lanes, to = config.lanes, config.to
     row = instr.reuse == Reuse.ROW
     need: dict[str, int] = {}
@@ -613,12 +632,15 @@ def instruction_needs(instr: Instruction, config: HwConfig) -> dict[str, int]:
             need["weight_buff"] = layout.weight_bytes(instr, config)               # eq. 1
         need["row_buff"] = (ROW_BUFFER_ROWS * instr.in_w                           # eq. 3
                             * layout.channel_blocks(instr.in_c, lanes) * lanes)
-        h, w = layout.conv_output_hw(instr)
-        need["out_buff"] = (w if row else h * w) * to * PSUM_BYTES                  # eq. 4
-    if row:
+        # Eq. 4 for our controller: it sums the input-channel blocks of one output row at a
+        # time in both modes (frame reuse runs whole output-block chunks over the frame), so
+        # one row of To partial sums suffices; the paper's frame-wide buffer is in
+        # dense_requirements.
+        need["out_buff"] = layout.conv_output_hw(instr)[1] * to * PSUM_BYTES        # eq. 4
+    if row or instr.output.space == MemSpace.DRAM:
+        # Eq. 5 for our controller: its writer drains the write buffer in chunks of a row
+        # segment in both modes, so a frame-mode group writing to DRAM needs one row too.
         need["write_buff"] = instr.out_w * to                                      # eq. 5
-    elif instr.output.space == MemSpace.DRAM:
-        need["write_buff"] = instr.out_w * instr.out_h * to
     return need
 
 

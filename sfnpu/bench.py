@@ -61,8 +61,10 @@ def _bench_one(name: str, size: int, config, workdir: Path) -> dict:
     want = run_onnxruntime(onnx.load(str(path)), {model.graph.input[0].name: x})
     same = np.mean([float((want[k] == got[k]).mean()) for k in want])
     from .compiler.blocks import detect_blocks
-    from .compiler.cutpoints import NoFeasiblePolicy, count_policies, search
-    candidates = count_policies(detect_blocks(compiled.graph, compiled.groups))
+    from .compiler.cutpoints import (NoFeasiblePolicy, count_policies, long_path_options,
+                                     search)
+    blocks = detect_blocks(compiled.graph, compiled.groups)
+    candidates = count_policies(blocks, long_paths=long_path_options(compiled, blocks))
     t4 = time.perf_counter()
     try:
         search(compiled)

@@ -13,8 +13,10 @@ from sfnpu import isa, layout
 from sfnpu.compiler.blocks import detect_blocks
 from sfnpu.compiler.cutpoints import (NoFeasiblePolicy, conv_macs, count_policies,
                                       cut_policies, double_cut_policies, evaluate,
-                                      model_latency, search, single_cut_policies)
-from sfnpu.compiler.memory import Budget, Policy, allocate, apply_policy, check_program, place
+                                      long_path_options, model_latency, search, select,
+                                      single_cut_policies)
+from sfnpu.compiler.memory import (Budget, Policy, allocate, apply_policy, check_program,
+                                   long_path_tensors, place, traffic)
 from sfnpu.compiler.memory_report import minimum_sram, study_model
 from sfnpu.compiler.paper_reference import TABLE_II
 from sfnpu.compiler.pipeline import compile_model
@@ -151,12 +153,38 @@ def test_yolov3_double_cuts_pass_the_checker(yolov3):
 def test_yolov3_double_cut_identical_to_onnxruntime(yolov3):
     path, compiled, blocks = yolov3
     result = search(compiled, blocks=blocks)
-    assert len(result.evaluations) == (blocks.cut + 1) * (len(blocks) - blocks.cut + 1)
-    program = apply_policy(compiled, result.best.policy, blocks)
-    modes = result.best.policy.modes
-    assert R in modes and F in modes
+    assert long_path_options(compiled, blocks) == (False, True)
+    assert len(result.evaluations) == 2 * (blocks.cut + 1) * (len(blocks) - blocks.cut + 1)
+    assert result.best.latency == min(e.latency for e in result.feasible)
+    # The fastest policy that switches modes (on ROOMY the fastest overall may be all frame):
+    # rows and frames, on-chip tensors, long paths held, bit-exact on the golden model.
+    mixed = select([e for e in result.evaluations
+                    if {R, F} <= set(e.policy.modes) and e.policy.hold_long_paths])
+    program = apply_policy(compiled, mixed.policy, blocks)
     assert any(i.input.space != MemSpace.DRAM for i in program.instructions)
     assert identical_to_onnxruntime(compiled, program, path, 64, ROOMY)
+
+
+def test_long_paths_held_on_chip(yolov3):
+    """Holding long-path tensors on chip changes only where they live: each saves its DRAM
+    write and one DRAM read per reading group, the checker proves the allocation."""
+    _, compiled, blocks = yolov3
+    held = long_path_tensors(compiled.graph, compiled.groups, blocks)
+    modes = Policy.uniform(blocks, F).modes
+    placed = {}
+    for hold in (False, True):
+        alloc = allocate(compiled.graph, compiled.groups, compiled.program, blocks,
+                         Policy(modes, hold_long_paths=hold))
+        instrs = place(compiled.program, compiled.groups, alloc)
+        check_program(compiled.graph, compiled.groups, instrs, ROOMY)
+        placed[hold] = alloc, traffic(instrs, ROOMY)
+    (off, t_off), (on, t_on) = placed[False], placed[True]
+    assert held and held <= set(off.off_chip) and not held & set(on.off_chip)
+    assert on.on_chip == off.on_chip | held
+    readers = blocks.graph.readers
+    size = lambda t: layout.tensor_bytes(*compiled.graph.tensors[t].shape, ROOMY.lanes)
+    assert t_off.fm - t_on.fm == sum(size(t) * (1 + len(set(readers[t]))) for t in held)
+    assert t_off.weights == t_on.weights
 
 
 # --------------------------------------------------------------------------------------------
@@ -270,7 +298,8 @@ def test_search_finds_the_brute_force_optimum(feature_networks, net):
     # Tight enough that some candidates do not fit: a 16-channel 16×16 map is 4 KiB, frame
     # reuse at 16×16 needs 8 KiB of partial sums.
     budget = Budget((4096,) * 3, 48 * 1024, 4096, 8 * 1024, None)
-    result = search(compiled, budget, latency=_quasi_random_latency, blocks=blocks)
+    result = search(compiled, budget, latency=_quasi_random_latency, blocks=blocks,
+                    long_paths=(False,))
     key = lambda e: (e.latency, e.sram, e.traffic.total)   # the "latency" objective
     # Brute force: every one of the 2^N mode vectors, kept if it obeys the relaxation.
     kept = [m for m in itertools.product((Reuse.ROW, Reuse.FRAME), repeat=len(blocks))
@@ -292,7 +321,7 @@ def test_panet_relaxation_against_every_policy(feature_networks):
     budget = Budget.unlimited()
     every = {m: evaluate(compiled, blocks, Policy(m), budget)
              for m in itertools.product((Reuse.ROW, Reuse.FRAME), repeat=len(blocks))}
-    result = search(compiled, budget, objective="sram", blocks=blocks)
+    result = search(compiled, budget, objective="sram", blocks=blocks, long_paths=(False,))
     assert result.best.sram >= min(e.sram for e in every.values() if e.feasible)
     for e in result.evaluations:
         assert (e.sram, e.traffic.total) == (every[e.policy.modes].sram,
@@ -313,7 +342,8 @@ def test_no_feasible_policy_on_a_feature_network(feature_networks):
     with pytest.raises(NoFeasiblePolicy) as err:
         search(compiled, tiny, blocks=blocks)
     msg = str(err.value)
-    assert f"out of {count_policies(blocks)} fits" in msg
+    options = long_path_options(compiled, blocks)
+    assert f"out of {count_policies(blocks, long_paths=options)} fits" in msg
     assert re.search(r"block \d+ \(\S+\) fits in neither mode: row reuse needs buffer 1 \d+ B "
                      r"> 2048 B \(group \d+ \S+\); frame reuse needs .*\d+ B > 2048 B", msg)
 
@@ -340,7 +370,8 @@ def test_table_ii_resnet50(tmp_path_factory):
     q = best.requirements
     assert q.weight_buff == 256 * 256 * 9 and q.buffers == (1024 * 14 * 14, 589824, 0)
     assert q.row_buff == 6 * 224 * 64                     # the padded 3-channel input
-    assert (q.out_buff, q.write_buff) == (14 * 14 * 64 * 4, 56 * 64)
-    assert q.sram == 930_304
+    # One row of partial sums in either mode: the widest is the stem's 112-pixel row.
+    assert (q.out_buff, q.write_buff) == (112 * 64 * 4, 56 * 64)
+    assert q.sram == 908_800
     assert best.traffic.weights == sum(layout.weight_bytes(i, compiled.program.config)
                                        for i in compiled.program.instructions)

@@ -71,7 +71,7 @@ def identical_to_onnxruntime(compiled, program, path, size, config) -> bool:
 # --------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory):
+def small_path(tmp_path_factory):
     """x(8×16×16) → conv a(16) → conv b1 → conv b2 → conv + add(a) y → 1×1 conv c(8).
     Groups: g0 x→a, g1 a→b1, g2 b1→b2, g3 b2(+a)→y, g4 y→c; on tiny, 16-channel maps are
     2 blocks × 16 × 16 × 8 lanes = 4096 B, 8-channel maps 2048 B."""
@@ -83,7 +83,12 @@ def small(tmp_path_factory):
     c = n.conv(y, 16, 8, 1)
     path = tmp_path_factory.mktemp("small") / "small.qdq.onnx"
     quantize_model(n.model([c]), path, CalibrationSource.arrays(n.samples(8)))
-    compiled = compile_model(path, TINY)
+    return path
+
+
+@pytest.fixture(scope="module")
+def small(small_path):
+    compiled = compile_model(small_path, TINY)
     return compiled, detect_blocks(compiled.graph, compiled.groups)
 
 
@@ -118,11 +123,13 @@ def test_buffer_equations_all_frame(small):
     assert r.buffers == r.algorithm1 == (4096, 4096, 4096)
     assert r.weight_buff == 0                      # eq. 1: no row-mode layer
     assert r.row_buff == 6 * 16 * 16               # eq. 3: 6 rows × W × C (16-channel input)
-    assert r.out_buff == 16 * 16 * 8 * 4           # eq. 4: H × W × To × 4 B
-    assert r.write_buff == 16 * 16 * 8             # eq. 5: the final layer's To-channel frame
-    assert r.sram == 3 * 4096 + 1536 + 8192 + 2048  # eq. 6
+    # Eqs. 4–5 on our controller: it sums input-channel blocks one output row at a time and
+    # drains the write buffer in row segments, in frame reuse too (the paper: a whole frame).
+    assert r.out_buff == 16 * 8 * 4                # eq. 4: W × To × 4 B
+    assert r.write_buff == 16 * 8                  # eq. 5: the final layer's To-channel row
+    assert r.sram == 3 * 4096 + 1536 + 512 + 128   # eq. 6
     # eq. 7: 64-bit wide buffers of depth 512 → 1 × ⌈64/18⌉ = 4 each (×3, row, write);
-    # 256-bit partial sums of depth 256 → 1 × ⌈256/18⌉ = 15.
+    # 256-bit partial sums of depth 16 → 1 × ⌈256/18⌉ = 15.
     assert r.bram18k == 4 * 5 + 15
     t = traffic(instrs, TINY, compiled.groups, compiled.graph)
     assert (t.fm, t.eq8_fm) == (2048 + 2048, 0)    # only the network input and output
@@ -159,17 +166,24 @@ def test_dense_accounting_is_the_papers(small):
     assert (t.fm_dense, t.weights_dense) == (t.fm, t.weights)
     alloc, instrs = placed(compiled, blocks, Policy.uniform(blocks, Reuse.FRAME))
     d, r = dense_requirements(instrs, TINY), requirements(instrs, TINY, alloc.extents)
-    assert d.buffers == r.algorithm1 == (4096, 4096, 4096) and d.sram == r.sram
+    assert d.buffers == r.algorithm1 == (4096, 4096, 4096)
+    # The paper's eqs. 4–5: a frame of partial sums and a frame-sized write buffer for the
+    # final layer; ours one row of each.
+    assert (d.out_buff, d.write_buff) == (16 * 16 * 8 * 4, 16 * 16 * 8)
+    assert d.sram - r.sram == (16 * 16 - 16) * 8 * 4 + (16 * 16 - 16) * 8
 
 
-def test_budget_names_what_does_not_fit(small):
-    compiled, blocks = small
+def test_budget_names_what_does_not_fit(small, small_path):
+    _, blocks = small
+    # A row buffer of 1008 B: six 16-pixel rows of the 16-channel maps need 1536 B (eq. 3),
+    # set by group 1, the first to read one.
+    short = TINY.replace(name="tiny-short-rows", row_buffer_bytes=21 * 48)
+    compiled = compile_model(small_path, short)
     alloc, instrs = placed(compiled, blocks, Policy.uniform(blocks, Reuse.FRAME))
-    over = Budget.of(TINY).violations(requirements(instrs, TINY, alloc.extents))
-    # tiny's write buffer holds 1 KiB; a frame-mode final layer stages 2 KiB (eq. 5).
+    over = Budget.of(short).violations(requirements(instrs, short, alloc.extents))
     assert [(v.resource, v.need, v.have, v.group) for v in over] == \
-        [("write_buff", 2048, 1024, 4)]
-    with pytest.raises(AllocationError, match="write_buff needs 2048 B"):
+        [("row_buff", 1536, 1008, 1)]
+    with pytest.raises(AllocationError, match="row_buff needs 1536 B"):
         apply_policy(compiled, Policy.uniform(blocks, Reuse.FRAME), blocks)
 
 
