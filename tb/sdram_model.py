@@ -5,7 +5,7 @@
 the command, checks it against the rules below, stores write data (byte masks from DQM) and
 drives read data onto ``dq_i`` ``cas_latency`` edges after a READ. It takes the same
 :class:`~sfnpu.hw.sdram_timing.SdramCycles` the controller was built from — a test can build
-the controller from altered cycles and watch the model object.
+the controller from altered cycles and watch the model flag it.
 
 Rules checked (a :class:`Violation` names the rule and the edge; edges count from the first
 clock edge of the simulation):
