@@ -175,10 +175,11 @@ def _long_path(gg: GroupGraph, blocks: Blocks, groups: Sequence[Group], producer
 
 
 def long_path_tensors(graph: Graph, groups: Sequence[Group], blocks: Blocks) -> set[str]:
-    """Tensors that are a long path under some policy: those of the all-frame policy, since
-    row reuse only sends more tensors to DRAM before the long-path test."""
-    verdict = classify(graph, groups, blocks, (Reuse.FRAME,) * len(groups))
-    return {t for t, why in verdict.items() if why.startswith("long path")}
+    """Tensors that ``hold_long_paths`` can bring on chip (long paths, concat destinations):
+    those of the all-frame policy, since row reuse only sends more tensors to DRAM."""
+    off = classify(graph, groups, blocks, (Reuse.FRAME,) * len(groups))
+    on = classify(graph, groups, blocks, (Reuse.FRAME,) * len(groups), hold_long_paths=True)
+    return {t for t, why in off.items() if why and not on[t]}
 
 
 def classify(graph: Graph, groups: Sequence[Group], blocks: Blocks,
@@ -188,9 +189,10 @@ def classify(graph: Graph, groups: Sequence[Group], blocks: Blocks,
     A long path is a tensor held while some group runs that neither reads it, nor belongs to
     its producer's or a reader's block, nor lies on a path from its producer to a reader — e.g.
     the backbone feature maps an FPN reads much later, or a branch kept while an interleaved
-    sibling branch runs. By default such long-lifetime data stays off chip (Sec. IV-A does so
-    for concat data); ``hold_long_paths`` keeps it on chip — the allocator then holds it beside
-    the unrelated work, which costs buffer space and saves its DRAM write and reads.
+    sibling branch runs. By default such long-lifetime data stays off chip, and so do concat
+    (route) destinations, as Sec. IV-A keeps long-path concat data; ``hold_long_paths`` keeps
+    both on chip — the allocator then holds them from their first writer to their last reader
+    beside the unrelated work, which costs buffer space and saves their DRAM writes and reads.
     """
     gg = blocks.graph
     dests = {g.dest for g in groups if g.dest is not None}
@@ -201,9 +203,9 @@ def classify(graph: Graph, groups: Sequence[Group], blocks: Blocks,
         vector = graph.tensors[t].shape[1:] == (1, 1)
         if t in gg.graph_outputs:
             why = "network output"
-        elif t in dests:
+        elif t in dests and not hold_long_paths:
             why = "concat destination (route data stays off chip)"
-        elif modes[p] == Reuse.ROW and not vector:
+        elif any(modes[w] == Reuse.ROW for w in writers) and not vector:
             why = "written by a row-mode group"
         elif not readers:
             why = "never read"
@@ -315,11 +317,15 @@ class _Allocator:
             if self.modes[i] == Reuse.ROW and instr.conv != ConvKind.NONE:
                 self.add(_Item(WEIGHT_BUFFER, 0, layout.weight_bytes(instr, cfg), i, i,
                                f"weights of group {i}"))
+        placed: set[str] = set()
         for i, grp in enumerate(self.groups):
             stage = _stages(drafts[i], self.modes[i], self.loc[grp.input], cfg)
             in_bytes = _input_bytes(drafts[i], cfg) if stage else 0
-            if verdict[grp.written] == "":
+            # A concat destination is placed whole by its first writer; the others write
+            # their parts into it at their channel offsets.
+            if verdict[grp.written] == "" and grp.written not in placed:
                 self.place_output(i, grp, in_bytes)
+                placed.add(grp.written)
             if stage:
                 self.stage(i, grp, in_bytes)
         off_chip = {t: why for t, why in verdict.items()

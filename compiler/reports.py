@@ -450,10 +450,10 @@ DEVIATIONS = """\
   eqs. 4–5 (frame layers only).
 - **Long-path data** (Sec. IV-A) is decided on our group order, which can interleave
   independent branches (FPN laterals, YOLO/RetinaNet heads), so more tensors are long paths
-  than with a depth-first order. The paper keeps long-path concat data off chip; we keep concat
-  destinations off chip too, and search every cut-point both with the other long-path tensors
-  off chip and held on chip (policies marked "+long paths on chip"), which costs buffer space
-  and saves their DRAM write and reads when the budget affords it.
+  than with a depth-first order. The paper keeps long-path concat (route) data off chip; we
+  search every cut-point both that way and with long-path tensors and concat destinations held
+  on chip (policies marked "+long paths on chip"), which costs buffer space and saves their
+  DRAM writes and reads when the budget affords it.
 - **Networks.** The builders' torchvision/Darknet graphs with random weights, quantised from
   one synthetic sample (only shapes matter here); groups come from our ONNX → IR fusion, not
   the paper's TensorFlow parser, so "layers" differ. The paper's YOLOv2 is a smaller variant

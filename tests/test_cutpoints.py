@@ -166,8 +166,9 @@ def test_yolov3_double_cut_identical_to_onnxruntime(yolov3):
 
 
 def test_long_paths_held_on_chip(yolov3):
-    """Holding long-path tensors on chip changes only where they live: each saves its DRAM
-    write and one DRAM read per reading group, the checker proves the allocation."""
+    """Holding long-path tensors (concat destinations included) on chip changes only where
+    they live: each saves its DRAM writes and one DRAM read per reading group, the checker
+    proves the allocation."""
     _, compiled, blocks = yolov3
     held = long_path_tensors(compiled.graph, compiled.groups, blocks)
     modes = Policy.uniform(blocks, F).modes
@@ -180,6 +181,7 @@ def test_long_paths_held_on_chip(yolov3):
         placed[hold] = alloc, traffic(instrs, ROOMY)
     (off, t_off), (on, t_on) = placed[False], placed[True]
     assert held and held <= set(off.off_chip) and not held & set(on.off_chip)
+    assert held & {g.dest for g in compiled.groups if g.dest}     # route data among them
     assert on.on_chip == off.on_chip | held
     readers = blocks.graph.readers
     size = lambda t: layout.tensor_bytes(*compiled.graph.tensors[t].shape, ROOMY.lanes)
