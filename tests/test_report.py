@@ -131,7 +131,7 @@ def test_summary_tables_equal_the_searches(report):
     # Table IV entry for this network: the whole device).
     bram = [e for e in sweep.feasible if e.requirements.bram18k <= Budget.of(KCU).bram18k]
     assert iv[("bram", "latency")]["policy"] == \
-        min(bram, key=lambda e: (e.latency, e.sram, e.traffic.total)).policy.label
+        min(bram, key=lambda e: (e.latency, e.traffic.total, e.sram)).policy.label
     assert iv[("bram", "dram")]["policy"] == \
         min(bram, key=lambda e: (e.traffic.total, e.latency, e.sram)).policy.label
 
