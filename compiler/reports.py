@@ -722,6 +722,11 @@ def _accounting_lines(results: Sequence[NetworkResult]) -> list[str]:
         note = _shared_weight_note(r, e)
         if note:
             notes.append(note)
+        off = e.traffic.fm_dense
+        if off / MB > p.offchip_fm_mb >= round(off / MIB, 2):
+            notes.append(f"- {r.study.key}: our off-chip FMs, {off:,} B, are {off / MIB:.3f} "
+                         f"MiB: the paper's {p.offchip_fm_mb} MB matches them if its MB is "
+                         "2²⁰ bytes.")
     return lines + ([""] + notes if notes else [])
 
 
