@@ -14,6 +14,7 @@ import numpy as np
 
 from sfnpu import image, isa, layout, numeric
 from sfnpu.config import HwConfig
+from sfnpu.hw.limits import overflows
 from sfnpu.isa import Activation, ActOrder, ConvKind, Eltwise, Instruction, Pool, Reuse
 
 from .groups import Group
@@ -236,10 +237,16 @@ def generate(graph: Graph, groups: list[Group], config: HwConfig) -> Program:
         if "weights" in offsets:
             changes["weights"] = isa.dram(params_base + offsets["weights"])
         program.append(instr.replace(**changes))
-    for instr in program:
+    for gr, instr in zip(groups, program):
         try:
             isa.validate(instr)
         except isa.InstructionError as e:
-            raise CodegenError(f"instruction {program.index(instr)}: {e}") from None
+            b.fail(gr, str(e))
+        if problems := overflows(instr, config):
+            nodes = ", ".join(repr(n.name) for n in gr.nodes)
+            b.fail(gr, f"does not fit the on-chip stores of config {config.name!r} (nodes "
+                       f"{nodes}): {'; '.join(problems)}. Use a configuration with larger "
+                       f"stores or a smaller input; the accelerator would stop this layer "
+                       f"with BUFFER_OVERFLOW")
     return Program(config, graph, list(groups), program, bytes(b.params), plan, inputs,
                    outputs, locations)

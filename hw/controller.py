@@ -97,6 +97,7 @@ from .conv_array import array_latency, depthwise_taps
 from .csr import ControlSignature
 from .datapath import ConvDatapath
 from .dma import Direction, DmaEngine
+from .limits import StoreSizes
 from .requant import Requantizer
 
 __all__ = ["GroupController", "INSTRUCTION_BYTES", "POST_WORDS"]
@@ -142,12 +143,9 @@ class GroupController(wiring.Component):
         :data:`~sfnpu.layout.PARAM_ALIGN` bytes and dividing ``lanes``.
     addr_width : int
         Bus address bits.
-    max_channels : int
-        Output channels whose bias, multiplier and weight zero point fit on chip.
-    max_table_channels : int
-        Input channels whose per-channel tables (input transform) fit on chip.
-    pool_row_pixels : int
-        Words of one row of all channel blocks the max-pool and upsample line buffers hold.
+
+    Every store is sized by :class:`~sfnpu.hw.limits.StoreSizes`, whose :func:`overflows`
+    states the ``BUFFER_OVERFLOW`` checks below for the compiler.
 
     Signature
     ---------
@@ -157,8 +155,7 @@ class GroupController(wiring.Component):
         The DMA's AXI4 master port.
     """
 
-    def __init__(self, config: HwConfig, *, addr_width: int = 32, max_channels: int = 2048,
-                 max_table_channels: int = 256, pool_row_pixels: int = 2048):
+    def __init__(self, config: HwConfig, *, addr_width: int = 32):
         B, L = config.dram_bus_bytes, config.lanes
         if config.ti != config.to:
             raise ValueError("the group controller needs ti == to")
@@ -166,18 +163,19 @@ class GroupController(wiring.Component):
             raise ValueError(f"config {config.name!r}: the controller needs a bus of at most "
                              f"{layout.PARAM_ALIGN} bytes that divides the {L}-byte word "
                              f"(bus: {B} bytes)")
-        self.config = config
-        self.addr_width = addr_width
-        self.max_channels = max_channels
-        self.max_table_channels = max_table_channels
-        self.pool_row_pixels = pool_row_pixels
-        self.weight_words = config.buffer_bytes[1] // (config.ti * config.to)
-        self.row_words = config.max_row_bytes // L
-        self.psum_words = config.psum_buffer_bytes // (4 * config.to)
-        self.write_words = config.write_buffer_bytes // L
         if len(set(config.buffer_bytes)) != 1:
             raise ValueError("the controller's on-chip buffers {0, 1, 2} are of one size")
-        self.buffer_words = config.buffer_bytes[0] // L
+        self.config = config
+        self.addr_width = addr_width
+        sizes = StoreSizes.of(config)
+        self.max_channels = sizes.max_channels
+        self.max_table_channels = sizes.max_table_channels
+        self.pool_row_pixels = sizes.pool_row_pixels
+        self.weight_words = sizes.weight_words
+        self.row_words = sizes.row_words
+        self.psum_words = sizes.psum_words
+        self.write_words = sizes.write_words
+        self.buffer_words = sizes.buffer_words
         super().__init__({
             "control": In(ControlSignature(B)),
             "bus": Out(Axi4Signature(addr_width, config.dram_bus_bits)),

@@ -81,6 +81,10 @@ class HwConfig:
     dram_bandwidth_gbps: float       # sustained DRAM bandwidth (an assumption; reports state it)
     dram_max_burst: int = 256        # beats per AXI4 INCR burst
     device: str | None = None        # key of DEVICES, or None for simulation-only configs
+    # Controller stores beside the buffers (sfnpu.hw.limits.overflows states what they bound):
+    max_channels: int = 2048         # output channels of one group (bias, multiplier stores)
+    max_table_channels: int = 256    # input channels one group's input tables cover
+    pool_row_pixels: int = 2048      # pixels × channel blocks of a pooled/upsampled row
 
     def __post_init__(self):
         # Accept lists (e.g. from JSON) but store a tuple so the config stays hashable.
@@ -128,6 +132,16 @@ class HwConfig:
         if self.dram_bytes_per_cycle == 0:
             self._fail("dram_bandwidth_gbps", self.dram_bandwidth_gbps,
                        "is below 1/64 byte per cycle")
+        if not isinstance(self.max_channels, int) or self.max_channels < self.lanes \
+                or self.max_channels % self.lanes:
+            self._fail("max_channels", self.max_channels,
+                       f"must be a positive multiple of {self.lanes} (lanes)")
+        if not isinstance(self.max_table_channels, int) or self.max_table_channels < self.lanes \
+                or self.max_table_channels % self.lanes:
+            self._fail("max_table_channels", self.max_table_channels,
+                       f"must be a positive multiple of {self.lanes} (lanes)")
+        if not isinstance(self.pool_row_pixels, int) or self.pool_row_pixels < 1:
+            self._fail("pool_row_pixels", self.pool_row_pixels, "must be a positive integer")
         if self.device is not None:
             self._validate_device()
 

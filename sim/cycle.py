@@ -35,7 +35,8 @@ from math import ceil, floor
 from typing import Sequence
 
 from sfnpu import image, isa, layout
-from sfnpu.config import MAX_KERNEL, ROW_BUFFER_ROWS, HwConfig
+from sfnpu.config import ROW_BUFFER_ROWS, HwConfig
+from sfnpu.hw.limits import StoreSizes, group_shape
 from sfnpu.isa import Activation, ConvKind, Eltwise, Instruction, InputTransform, MemSpace, \
     Pool, Reuse
 
@@ -109,7 +110,7 @@ class CycleModel:
     AVG_DIVIDER_BITS = 2
 
     def __init__(self, config: HwConfig):
-        from sfnpu.hw.conv_array import array_latency, depthwise_taps
+        from sfnpu.hw.conv_array import array_latency
         from sfnpu.hw.dma import DmaEngine
         from sfnpu.hw.requant import Requantizer
 
@@ -118,11 +119,11 @@ class CycleModel:
         self.L = config.lanes
         self.beat = Fraction(self.B) / config.dram_bytes_per_cycle   # cycles per beat
         self.latency = config.dram_latency
-        self.weight_words = config.buffer_bytes[1] // (config.ti * config.to)
-        self.row_words_max = config.max_row_bytes // self.L
-        self.write_words = config.write_buffer_bytes // self.L
-        self.psum_words = config.psum_buffer_bytes // (4 * config.to)
-        self.taps_per_step = depthwise_taps(config)
+        self.sizes = StoreSizes.of(config)
+        self.weight_words = self.sizes.weight_words
+        self.row_words_max = self.sizes.row_words
+        self.write_words = self.sizes.write_words
+        self.psum_words = self.sizes.psum_words
         self.issue = DmaEngine.ISSUE_LATENCY
         self.reissue = DmaEngine.REISSUE_LATENCY
         self.outstanding = DmaEngine.outstanding_to_stream(config)
@@ -151,25 +152,15 @@ class CycleModel:
     # -- the group's derived parameters ---------------------------------------------------
 
     def shape(self, instr: Instruction) -> _Shape:
-        cfg = self.config
-        identity = instr.conv == ConvKind.NONE
-        depthwise = instr.conv == ConvKind.DEPTHWISE or identity
-        in_blocks = _ceil_div(instr.in_c, self.L)
-        out_blocks = _ceil_div(instr.out_c, cfg.to)
-        ib = 1 if depthwise else _ceil_div(instr.in_c, cfg.ti)
-        conv_h, conv_w = layout.conv_output_hw(instr)
-        taps = instr.kh * instr.kw
-        steps = _ceil_div(taps, self.taps_per_step) if depthwise else taps
-        row_words = in_blocks * instr.in_w
-        places = self.row_words_max // row_words
-        sets = out_blocks if depthwise else out_blocks * ib
-        too_big = sets * steps > self.weight_words
+        g = group_shape(instr, self.sizes)
+        too_big = g.weight_steps > self.weight_words
         frame = instr.reuse == Reuse.FRAME
-        chunk_obs = out_blocks
+        chunk_obs = g.out_blocks
         if too_big and frame:
-            chunk_obs = min(out_blocks, self.weight_words // (ib * steps))
-        return _Shape(depthwise, identity, in_blocks, out_blocks, ib, conv_h, conv_w, steps,
-                      taps, row_words, places, too_big and not frame, chunk_obs)
+            chunk_obs = min(g.out_blocks, self.weight_words // (g.ib * g.steps))
+        return _Shape(g.depthwise, g.identity, g.in_blocks, g.out_blocks, g.ib, g.conv_h,
+                      g.conv_w, g.steps, g.taps, g.row_words, g.places, too_big and not frame,
+                      chunk_obs)
 
     def _chunks(self, s: _Shape) -> list[int]:
         full, rest = divmod(s.out_blocks, s.chunk_obs)

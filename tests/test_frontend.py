@@ -10,6 +10,7 @@ import onnx
 import pytest
 
 from sfnpu.compiler import importer
+from sfnpu.compiler.codegen import CodegenError
 from sfnpu.compiler.importer import ModelError, import_model
 from sfnpu.compiler.pipeline import compile_model, run_onnxruntime
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
@@ -113,3 +114,21 @@ def test_unsupported_operators_name_the_node(tmp_path, build, message):
     with pytest.raises(ModelError, match=message) as e:
         import_model(path)
     assert "ONNX node" in str(e.value)
+
+
+@pytest.mark.parametrize("shape, message", [
+    ((16, 4, 260), r"an input row of 260 pixels × 2 channel blocks is 520 words; the row "
+                   r"buffer holds 512"),
+    # On tiny the row (3 channels × 1030 pixels) overflows too; the message lists both.
+    ((3, 4, 1030), r"a conv output row of 1030 pixels exceeds the partial-sum buffer's 1024"),
+])
+def test_layer_beyond_the_stores_is_refused(tmp_path, shape, message):
+    """A layer the accelerator would stop with BUFFER_OVERFLOW is refused at compile time, by
+    ONNX node, instead of becoming a program that fails on the hardware."""
+    n = Net(shape, name="wide")
+    path = quantised(tmp_path, n, [n.conv("x", shape[0], 8, 3)], signed=False)
+    if shape[2] < 1024:
+        compile_model(path, get_config("kcu1500"))      # fits the larger configuration
+    with pytest.raises(CodegenError, match=message) as e:
+        compile_model(path, TINY)
+    assert "'conv" in str(e.value) and "config 'tiny'" in str(e.value)

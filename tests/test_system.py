@@ -21,6 +21,7 @@ from sfnpu import image, isa, layout
 from sfnpu.compiler.pipeline import compile_model
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
+from sfnpu.hw.limits import overflows
 from sfnpu.compiler.blocks import detect_blocks
 from sfnpu.compiler.memory import Policy, apply_policy
 from sfnpu.isa import Activation, ConvKind, MemSpace, Reuse
@@ -317,12 +318,15 @@ def test_activation_tables_are_used(tmp_path):
 
 # -- errors: the run stops with the right code and the core returns to idle -----------------------
 
+def instruction_offset(blob, config, index):
+    section = image.unpack(blob, config).layout.of_kind(image.SectionKind.INSTRUCTIONS)[0]
+    return section.offset + index * isa.WORDS * 4
+
+
 def patch_instruction(blob, config, index, **changes):
     """The image with instruction ``index`` re-encoded with ``changes`` (no validation: the
     hardware's decoder is under test); CRCs are left alone — the hardware does not check them."""
-    img = image.unpack(blob, config)
-    section = img.layout.of_kind(image.SectionKind.INSTRUCTIONS)[0]
-    at = section.offset + index * isa.WORDS * 4
+    at = instruction_offset(blob, config, index)
     words = list(struct.unpack_from(f"<{isa.WORDS}I", blob, at))
     value = int.from_bytes(struct.pack(f"<{isa.WORDS}I", *words), "little")
     fields = isa.field_table()
@@ -356,16 +360,39 @@ def tiny_harness():
     (2, {"pool": 1}, ErrorCode.ILLEGAL_FIELD),         # MAX with a zero window
     (2, {"pool": 2}, ErrorCode.ILLEGAL_FIELD),         # AVG with a zero window
     (2, {"out_c_offset": 4}, ErrorCode.UNSUPPORTED),   # concat offset inside a word
-    (1, {"input.offset": 1 << 16, "input.space": 1}, ErrorCode.BUFFER_OVERFLOW),
 ])
 def test_decode_errors(tiny_harness, stack_blob, index, changes, code):
     blob = patch_instruction(stack_blob, tiny_harness.config, index, **changes)
-    result = tiny_harness.run(blob, max_cycles=200_000)
+    assert_stops_at(tiny_harness.run(blob, max_cycles=200_000), index, code)
+
+
+def assert_stops_at(result, index, code):
     assert not result.timeout
     assert result.error and result.done
     assert result.error_code == code
     assert result.error_group == index
     assert len(result.group_cycles) == index        # the groups before it completed
+
+
+@pytest.mark.parametrize("index, changes, store", [
+    (1, {"input.offset": 1 << 16, "input.space": 1}, "passes the buffer's end"),
+    (2, {"in_c": 1000}, "the row buffer holds"),
+    (2, {"in_c": 300, "in_transform": 1}, "the table store holds"),
+    (2, {"out_c": 2100}, "parameter stores"),
+    (1, {"output.offset": 64 * 1024 - 256, "output.space": 2}, "passes the buffer's end"),
+], ids=["input-buffer", "row", "table", "channels", "output-buffer"])
+def test_store_overflows(tiny_harness, stack_blob, index, changes, store):
+    """The compiler's capacity check (:func:`sfnpu.hw.limits.overflows`) names exactly the
+    layers the controller stops with BUFFER_OVERFLOW."""
+    config = tiny_harness.config
+    program = image.unpack(stack_blob, config).program
+    assert all(not overflows(instr, config) for instr in program)
+    at = instruction_offset(stack_blob, config, index)
+    blob = patch_instruction(stack_blob, config, index, **changes)
+    patched = isa.decode(struct.unpack_from(f"<{isa.WORDS}I", blob, at))
+    assert any(store in problem for problem in overflows(patched, config))
+    assert_stops_at(tiny_harness.run(blob, max_cycles=200_000), index,
+                    ErrorCode.BUFFER_OVERFLOW)
 
 
 def test_dma_window_violation(tiny_harness, stack_blob):

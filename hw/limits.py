@@ -1,0 +1,157 @@
+"""What one group may ask of the controller's on-chip stores: one definition for the RTL, the
+compiler and the cycle model.
+
+:class:`StoreSizes` are the controller's capacities for a hardware configuration (the RTL sizes
+its memories from them); :func:`group_shape` derives the per-group quantities the controller
+decodes (channel blocks, conv output size, weight steps, row-buffer places); :func:`overflows`
+lists every capacity an instruction exceeds — exactly the conditions for which the controller
+stops a run with ``BUFFER_OVERFLOW`` — so the compiler can refuse such a layer by name instead
+of emitting a program that the hardware rejects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sfnpu import layout
+from sfnpu.config import ROW_BUFFER_ROWS, HwConfig
+from sfnpu.isa import ConvKind, Eltwise, InputTransform, Instruction, MemSpace, Pool, Reuse
+
+from .conv_array import depthwise_taps
+
+__all__ = ["StoreSizes", "GroupShape", "group_shape", "overflows"]
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class StoreSizes:
+    """The controller's stores for one configuration, in their own words (a word is one pixel
+    of one channel block, ``lanes`` bytes; a weight word is Ti × To bytes)."""
+    lanes: int
+    weight_words: int       # weight store (the paper's buffer 1)
+    row_words: int          # one bank of the row buffer: the widest input row
+    psum_words: int         # partial sums: the widest conv output row
+    write_words: int        # output staging before DRAM
+    buffer_words: int       # each on-chip feature-map buffer {0, 1, 2}
+    depthwise_taps: int     # kernel taps per depthwise step (half a MAC row)
+    max_channels: int       # output channels: bias, multiplier and weight-zero-point stores
+    max_table_channels: int  # input channels of the per-channel input tables
+    pool_row_pixels: int    # pixels × channel blocks of the pooling and upsampling line stores
+
+    @classmethod
+    def of(cls, config: HwConfig) -> "StoreSizes":
+        L = config.lanes
+        return cls(lanes=L, weight_words=config.buffer_bytes[1] // (config.ti * config.to),
+                   row_words=config.max_row_bytes // L,
+                   psum_words=config.psum_buffer_bytes // (4 * config.to),
+                   write_words=config.write_buffer_bytes // L,
+                   buffer_words=min(config.buffer_bytes) // L,
+                   depthwise_taps=depthwise_taps(config), max_channels=config.max_channels,
+                   max_table_channels=config.max_table_channels,
+                   pool_row_pixels=config.pool_row_pixels)
+
+    @property
+    def max_channel_blocks(self) -> int:
+        return self.max_channels // self.lanes
+
+
+@dataclass(frozen=True)
+class GroupShape:
+    """The quantities the controller decodes from one instruction."""
+    depthwise: bool         # depthwise, or conv NONE (a unit-weight depthwise pass)
+    identity: bool          # conv NONE
+    in_blocks: int
+    out_blocks: int
+    ib: int                 # input-channel blocks per output block (1: depthwise)
+    conv_h: int
+    conv_w: int
+    pooled_h: int           # after pooling, before upsampling
+    pooled_w: int
+    taps: int
+    steps: int              # weight words per (output block, input block): P
+    sets: int               # (output block, input block) pairs
+    row_words: int          # one input row, every channel block
+    places: int             # input rows per row-buffer bank
+
+    @property
+    def weight_steps(self) -> int:
+        return self.sets * self.steps
+
+
+def group_shape(instr: Instruction, sizes: StoreSizes) -> GroupShape:
+    L = sizes.lanes
+    identity = instr.conv == ConvKind.NONE
+    depthwise = identity or instr.conv == ConvKind.DEPTHWISE
+    in_blocks, out_blocks = _ceil_div(instr.in_c, L), _ceil_div(instr.out_c, L)
+    ib = 1 if depthwise else in_blocks
+    conv_h, conv_w = layout.conv_output_hw(instr)
+    taps = instr.kh * instr.kw
+    steps = _ceil_div(taps, sizes.depthwise_taps) if depthwise else taps
+    row_words = in_blocks * instr.in_w
+    return GroupShape(
+        depthwise=depthwise, identity=identity, in_blocks=in_blocks, out_blocks=out_blocks,
+        ib=ib, conv_h=conv_h, conv_w=conv_w,
+        pooled_h=instr.out_h >> 1 if instr.upsample else instr.out_h,
+        pooled_w=instr.out_w >> 1 if instr.upsample else instr.out_w,
+        taps=taps, steps=steps, sets=out_blocks * ib, row_words=row_words,
+        places=sizes.row_words // row_words if row_words else 0)
+
+
+def overflows(instr: Instruction, config: HwConfig) -> list[str]:
+    """Every on-chip store that ``instr`` overflows on ``config``, one sentence each; empty
+    when the controller accepts it. Mirrors the controller's ``BUFFER_OVERFLOW`` checks."""
+    z = StoreSizes.of(config)
+    s = group_shape(instr, z)
+    L = z.lanes
+    found = []
+
+    def check(over: bool, what: str):
+        if over:
+            found.append(what)
+
+    check(s.out_blocks > z.max_channel_blocks,
+          f"{instr.out_c} output channels exceed the parameter stores' {z.max_channels} "
+          f"(max_channels)")
+    check(s.row_words > z.row_words,
+          f"an input row of {instr.in_w} pixels × {s.in_blocks} channel blocks is "
+          f"{s.row_words} words; the row buffer holds {z.row_words} "
+          f"(row_buffer_bytes {config.row_buffer_bytes})")
+    line = {Pool.MAX: s.pooled_w, Pool.AVG: s.conv_w}.get(instr.pool, 0)
+    if instr.upsample:
+        line = max(line, s.pooled_w)
+    check(s.out_blocks * line > z.pool_row_pixels,
+          f"a pooled row of {line} pixels × {s.out_blocks} channel blocks exceeds the line "
+          f"store's {z.pool_row_pixels} (pool_row_pixels)")
+    check(instr.in_transform == InputTransform.CHANNEL_TABLE
+          and s.in_blocks > z.max_table_channels // L,
+          f"an input table over {instr.in_c} channels exceeds the {z.max_table_channels} the "
+          f"table store holds (max_table_channels)")
+    check(s.conv_w > z.psum_words,
+          f"a conv output row of {s.conv_w} pixels exceeds the partial-sum buffer's "
+          f"{z.psum_words} (psum_buffer_bytes {config.psum_buffer_bytes})")
+    if s.row_words <= z.row_words:
+        check(instr.kh > s.places * ROW_BUFFER_ROWS,
+              f"a {instr.kh}-row kernel needs {instr.kh} input rows on chip; rows of "
+              f"{s.row_words} words leave room for {s.places * ROW_BUFFER_ROWS}")
+    check(s.depthwise and s.weight_steps > z.weight_words,
+          f"the depthwise weights take {s.weight_steps} words; the weight store holds "
+          f"{z.weight_words}")
+    if instr.reuse == Reuse.FRAME and not s.depthwise:
+        check(s.ib * s.steps > z.weight_words,
+              f"one output block's weights take {s.ib * s.steps} words; frame reuse needs "
+              f"them in the weight store ({z.weight_words})")
+    size = z.buffer_words * L
+    operands = [("input", instr.input, s.in_blocks * instr.in_h * instr.in_w * L),
+                ("output", instr.output, (instr.out_c_offset // L + s.out_blocks)
+                 * instr.out_h * instr.out_w * L)]
+    if instr.eltwise != Eltwise.NONE:
+        per_block = s.conv_h * s.conv_w * L if instr.eltwise == Eltwise.ADD else L
+        operands.append(("shortcut", instr.shortcut, s.out_blocks * per_block))
+    for name, loc, extent in operands:
+        check(loc.space != MemSpace.DRAM and loc.offset + extent > size,
+              f"the {name} at buffer offset {loc.offset} + {extent} bytes passes the "
+              f"buffer's end ({size} bytes)")
+    return found
