@@ -71,3 +71,50 @@ class Net:
         """``n`` random inputs, N×C×H×W."""
         rng = np.random.default_rng(seed)
         return (rng.standard_normal((n, *self.shape)) * scale).astype(np.float32)
+
+
+class Slice:
+    """A piece of a float ONNX model (one block of a builder's network, say) between a tensor
+    and some outputs, with :class:`Net`'s interface: the input is renamed ``x``."""
+
+    def __init__(self, model, start, stops, name, seed=0):
+        inferred = onnx.shape_inference.infer_shapes(model)
+        self.piece = onnx.utils.Extractor(inferred).extract_model([start], list(stops))
+        graph = self.piece.graph
+        for node in graph.node:
+            node.input[:] = ["x" if i == start else i for i in node.input]
+        graph.input[0].name = "x"
+        self.shape = tuple(d.dim_value for d in graph.input[0].type.tensor_type.shape.dim[1:])
+        self.name = name
+        self.outputs = list(stops)
+
+    def model(self, outputs, opset=None):
+        """The piece (its own opset; ``outputs`` must be the ones it was cut at)."""
+        assert list(outputs) == self.outputs, (outputs, self.outputs)
+        return self.piece
+
+    def bypassed(self, keep, name):
+        """The piece without the nodes ``keep(node)`` rejects: each one's readers read its
+        (first) input instead."""
+        other = Slice.__new__(Slice)
+        other.piece = onnx.ModelProto.FromString(self.piece.SerializeToString())
+        other.shape, other.name, other.outputs = self.shape, name, self.outputs
+        graph, renamed, nodes = other.piece.graph, {}, []
+        for node in graph.node:
+            node.input[:] = [renamed.get(i, i) for i in node.input]
+            if keep(node):
+                nodes.append(node)
+            else:
+                renamed[node.output[0]] = node.input[0]
+        del graph.node[:]
+        graph.node.extend(nodes)
+        used = {i for n in nodes for i in n.input}
+        kept_inits = [t for t in graph.initializer if t.name in used]
+        del graph.initializer[:]
+        graph.initializer.extend(kept_inits)
+        kept_info = [v for v in graph.value_info if v.name not in renamed]
+        del graph.value_info[:]
+        graph.value_info.extend(kept_info)
+        return other
+
+    samples = Net.samples

@@ -16,15 +16,16 @@ import struct
 import numpy as np
 import pytest
 
-from netbuild import Net
+from netbuild import Net, Slice
 from sfnpu import image, isa, layout
+from sfnpu.compiler import builders
 from sfnpu.compiler.pipeline import compile_model
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
 from sfnpu.hw.limits import overflows
 from sfnpu.compiler.blocks import detect_blocks
 from sfnpu.compiler.memory import Policy, apply_policy
-from sfnpu.isa import Activation, ConvKind, MemSpace, Reuse
+from sfnpu.isa import Activation, ConvKind, InputTransform, MemSpace, Reuse
 from sfnpu.regmap import ErrorCode
 from sfnpu.sim.cycle import CycleModel, compare
 from sfnpu.sim.golden import GoldenModel
@@ -169,11 +170,33 @@ def coverage_net():
     return net, [net.conv(s, 12, 4, 2, pads=[0, 0, 1, 1])]
 
 
+def dense_block():
+    """DenseNet-121's dense block 1 and transition 1, cut from the builder's graph at a 32×32
+    input (8×8 maps): six composite layers BN → ReLU → 1×1 conv → BN → ReLU → 3×3 conv, each
+    concatenating every earlier map (64 → 256 channels, the hardware's limit for per-channel
+    tables), then BN → ReLU → 1×1 conv → 2×2 average pool. The BN behind each 1×1 conv folds
+    into it; the pre-activation BN → ReLU behind each concat becomes the next convolution's
+    per-channel input tables."""
+    net = Slice(builders.densenet121(32), "features.pool0", ["features.transition1.pool"],
+                "densenet121_block1")
+    return net, net.outputs
+
+
+def pre_activations(model):
+    """Outputs of the BNs that no convolution produces (so none can absorb them) and of the
+    ReLUs behind them."""
+    producer = {o: n.op_type for n in model.graph.node for o in n.output}
+    bns = {n.output[0] for n in model.graph.node
+           if n.op_type == "BatchNormalization" and producer.get(n.input[0]) != "Conv"}
+    return bns | {n.output[0] for n in model.graph.node
+                  if n.op_type == "Relu" and n.input[0] in bns}
+
+
 #: The regression networks the system tests run on the RTL as compiled (row reuse), and those
 #: also run under the all-frame policy with their buffers renamed; tb/coverage.py measures
 #: exactly these programs (:func:`regression_programs`).
 REGRESSION = (conv_stack, table_net, concat_net, preact_net, wide_net, residual_net, se_net,
-              pool_up_net, avg_pool_net, coverage_net)
+              pool_up_net, avg_pool_net, coverage_net, dense_block)
 FRAME_REGRESSION = (residual_net, se_net, conv_stack, wide_net)
 
 
@@ -308,6 +331,40 @@ def test_frame_reuse_reads_weights_once(tiny_harness, tmp_path):
     frame = run_and_compare(tiny_harness, frame_blob).counters["DRAM_READ_BYTES"]
     row = run_and_compare(tiny_harness, row_blob).counters["DRAM_READ_BYTES"]
     assert frame <= once < row
+
+
+def test_dense_block_pre_activation_costs_no_sweep(tiny_harness, tmp_path):
+    """BN fission-n-fusion for inference on a real DenseNet-121 dense block: the block and the
+    same block without its pre-activation BN → ReLU pairs both run on the RTL, bit-exact with
+    the golden model. The pre-activations add no group and no pass over a feature map: group
+    by group, the bytes written are equal, and the bytes read differ only by the parameters —
+    for each convolution behind a pre-activation exactly its tables, 256 bytes per input
+    channel, whatever the map size."""
+    config = tiny_harness.config
+    net, outputs = dense_block()
+    drop = pre_activations(net.piece)
+    assert len(drop) == 2 * 7           # six composite layers and the transition
+    plain = net.bypassed(lambda node: node.output[0] not in drop, "densenet121_block1_plain")
+    runs = []
+    for variant in (net, plain):
+        compiled, blob = compiled_image(tmp_path, variant, outputs, config)
+        runs.append((compiled.program.instructions, run_and_compare(tiny_harness, blob)))
+    (with_bn, bn_run), (without, plain_run) = runs
+    # Every BN folded or fused: 7 groups open with the per-channel tables (the six BNs behind
+    # a 1×1 conv folded into it), and no group does anything else for a BN.
+    tables = [i for i in with_bn if i.in_transform == InputTransform.CHANNEL_TABLE]
+    assert [i.in_c for i in tables] == [64, 96, 128, 160, 192, 224, 256]
+    assert all(i.conv == ConvKind.NORMAL for i in tables)
+    assert len(with_bn) == len(without)
+    assert [(i.conv, i.in_c, i.out_c, i.kh) for i in with_bn] == \
+        [(i.conv, i.in_c, i.out_c, i.kh) for i in without]
+    assert bn_run.group_write_bytes == plain_run.group_write_bytes
+    for a, b, read_a, read_b in zip(with_bn, without, bn_run.group_read_bytes,
+                                    plain_run.group_read_bytes):
+        params_a, params_b = layout.param_bytes(a, config), layout.param_bytes(b, config)
+        assert read_a - params_a == read_b - params_b
+        if a.in_transform == InputTransform.CHANNEL_TABLE:
+            assert params_a - params_b == 256 * a.in_c
 
 
 def test_activation_tables_are_used(tmp_path):
