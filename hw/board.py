@@ -1,10 +1,11 @@
 """Everything a board needs around the accelerator, short of pins and clocks.
 
-:class:`BoardSystem` holds the :class:`~sfnpu.hw.accelerator.Accelerator`, block RAM as its
-DRAM (:class:`~sfnpu.hw.block_ram.AxiBlockRam`), a UART host link
+:class:`BoardSystem` holds the :class:`~sfnpu.hw.accelerator.Accelerator`, its DRAM — the
+board's SDRAM through :class:`~sfnpu.hw.sdram.SdramController`, or block RAM
+(:class:`~sfnpu.hw.block_ram.AxiBlockRam`) —, a UART host link
 (:class:`~sfnpu.hw.uart_bridge.UartBridge` on the registers and the memory) and a heartbeat.
 A board top (:mod:`sfnpu.hw.ulx3s`) adds the PLL, the reset and the pins; simulation drives the
-UART pin directly (:mod:`sfnpu.tb.board`).
+UART pin directly (:mod:`sfnpu.tb.board`, with block RAM: Verilator has no SDRAM).
 """
 
 from __future__ import annotations
@@ -17,20 +18,33 @@ from sfnpu.config import HwConfig
 
 from .accelerator import CSR_ADDR_WIDTH, Accelerator
 from .block_ram import AxiBlockRam
+from .sdram import SdramController, SdramPinsSignature
+from .sdram_timing import AS4C_7, ULX3S_SDRAM
 from .uart import UartRx, UartTx
 from .uart_bridge import UartBridge
 
-__all__ = ["BoardSystem"]
+__all__ = ["BoardSystem", "MEMORIES"]
+
+#: What can serve as the accelerator's DRAM.
+MEMORIES = ("sdram", "bram")
 
 
 class BoardSystem(wiring.Component):
-    """Accelerator + block RAM + UART bridge.
+    """Accelerator + memory + UART bridge.
 
     Parameters
     ----------
     config : HwConfig
+    memory : "sdram" or "bram"
+        The accelerator's DRAM, at bus address 0: the board's 32 MB SDRAM (pins on ``sdram``;
+        AS4C-7 timing at ``clock_mhz``) or ``memory_bytes`` of block RAM.
     memory_bytes : int
-        Block RAM serving as the accelerator's DRAM, at bus address 0.
+        The block RAM's size (``memory="bram"`` only).
+    clock_mhz : float
+        The clock the SDRAM timing is computed for (default: the configuration's).
+    sdram_read_delay : int
+        Register stages the board adds between the SDRAM controller and the pins
+        (:class:`~sfnpu.hw.sdram.SdramController`'s ``read_delay``).
     uart_divisor : int
         Clock cycles per UART bit.
     heartbeat_bits : int
@@ -47,27 +61,47 @@ class BoardSystem(wiring.Component):
         Blinks while the clock runs.
     irq : Out(1)
         The accelerator's interrupt (a run ended, if enabled).
+    sdram : Out(SdramPinsSignature(ULX3S_SDRAM))
+        The SDRAM's pins (``memory="sdram"`` only).
     """
 
-    def __init__(self, config: HwConfig, *, memory_bytes: int, uart_divisor: int,
+    def __init__(self, config: HwConfig, *, memory: str = "sdram",
+                 memory_bytes: int | None = None, uart_divisor: int,
+                 clock_mhz: float | None = None, sdram_read_delay: int = 0,
                  heartbeat_bits: int = 26, with_accelerator: bool = True):
+        if memory not in MEMORIES:
+            raise ValueError(f"memory={memory!r}: choose one of {', '.join(MEMORIES)}")
+        if (memory == "bram") != (memory_bytes is not None):
+            raise ValueError("memory_bytes sizes the block RAM: give it with memory='bram' only")
         self.config = config
+        self.memory = memory
         self.with_accelerator = with_accelerator
-        self.memory_bytes = memory_bytes
+        self.sdram_cycles = AS4C_7.cycles(clock_mhz or config.clock_mhz)
+        self.sdram_read_delay = sdram_read_delay
+        self.memory_bytes = memory_bytes if memory == "bram" else ULX3S_SDRAM.size_bytes
         self.uart_divisor = uart_divisor
         self.heartbeat_bits = heartbeat_bits
-        super().__init__({
+        members = {
             "uart_rx": In(1, init=1),
             "uart_tx": Out(1, init=1),
             "heartbeat": Out(1),
             "irq": Out(1),
-        })
+        }
+        if memory == "sdram":
+            members["sdram"] = Out(SdramPinsSignature(ULX3S_SDRAM))
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        m.submodules.memory = memory = AxiBlockRam(
-            size=self.memory_bytes, data_width=cfg.dram_bus_bits, addr_width=32)
+        if self.memory == "sdram":
+            m.submodules.memory = memory = SdramController(
+                self.sdram_cycles, geometry=ULX3S_SDRAM, data_width=cfg.dram_bus_bits,
+                addr_width=32, read_delay=self.sdram_read_delay)
+            wiring.connect(m, memory.sdram, wiring.flipped(self.sdram))
+        else:
+            m.submodules.memory = memory = AxiBlockRam(
+                size=self.memory_bytes, data_width=cfg.dram_bus_bits, addr_width=32)
         m.submodules.uart_rx = rx = UartRx(self.uart_divisor)
         m.submodules.uart_tx = tx = UartTx(self.uart_divisor)
         m.submodules.bridge = bridge = UartBridge(

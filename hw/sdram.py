@@ -214,8 +214,8 @@ class SdramController(wiring.Component):
         column = Cat(Const(0, 1), beat_word[:col_bits])
         bank = beat_word[col_bits:col_bits + g.bank_bits]
         row = beat_word[col_bits + g.bank_bits:col_bits + g.bank_bits + g.row_bits]
-        beat_resp = Mux(burst_bad, Resp.SLVERR,
-                        Mux(beat_word >= self.words, Resp.DECERR, Resp.OKAY))
+        beyond = beat_word[self.word_bits:].any()       # the size is a power of two
+        beat_resp = Mux(burst_bad, Resp.SLVERR, Mux(beyond, Resp.DECERR, Resp.OKAY))
 
         # -- read return path: tags travel with the command to the captured data --------------
         capture_stage = c.cas_latency + 2 + self.read_delay  # high half captured in dq_in
@@ -259,14 +259,22 @@ class SdramController(wiring.Component):
 
         # -- write data: the high half goes out the cycle after the WRITE ---------------------
         second = Signal(data.StructLayout({"valid": 1, "data": g.data_bits, "dqm": len(dqm)}))
-        m.d.sync += second.valid.eq(0)
-        with m.If(second.valid):
-            m.d.comb += [dq_o.eq(second.data), dqm.eq(second.dqm), dq_oe.eq(1)]
         w_data = Mux(is_host, host.wdata, bus.w.payload.data)
         w_strb = Mux(is_host, Const(-1, self.bus_bytes), bus.w.payload.strb)
         w_available = is_host | bus.w.valid
         last_beat = beats_left == 1
         lanes = len(dqm)
+        # DQ and DQM follow the pending write beat whether or not its WRITE goes out, so only
+        # the output enable waits for the scheduling decision (timing). DQ is not driven then;
+        # DQM masks read data two cycles after the SDRAM samples it, and the last read burst's
+        # data has left by the time a write burst, accepted after it, can set DQM.
+        m.d.sync += second.valid.eq(0)
+        with m.If(second.valid):
+            m.d.comb += [dq_o.eq(second.data), dqm.eq(second.dqm), dq_oe.eq(1)]
+        with m.Else():
+            m.d.comb += dq_o.eq(w_data[:g.data_bits])
+            with m.If(active & is_write):
+                m.d.comb += dqm.eq(~w_strb[:lanes])
 
         def beat_done():
             """The current beat has been issued (or answered without a command)."""
@@ -347,9 +355,7 @@ class SdramController(wiring.Component):
                             m.d.sync += slot_free.eq(0)
                             burst_wait.start(c.burst_length)
                             with m.If(is_write):
-                                m.d.comb += [command.eq(Command.WRITE),
-                                             dq_o.eq(w_data[:g.data_bits]),
-                                             dqm.eq(~w_strb[:lanes]), dq_oe.eq(1)]
+                                m.d.comb += [command.eq(Command.WRITE), dq_oe.eq(1)]
                                 m.d.sync += [second.valid.eq(1),
                                              second.data.eq(w_data[g.data_bits:]),
                                              second.dqm.eq(~w_strb[lanes:])]

@@ -2,7 +2,7 @@
 accesses out.
 
 The bridge reads requests from a byte stream (a UART receiver), performs them on an
-AXI4-Lite master (the accelerator's registers) or on the block RAM's host word port, and writes
+AXI4-Lite master (the accelerator's registers) or on the memory's host word port, and writes
 the replies to a byte stream (a UART transmitter). One request at a time; every request gets a
 reply, so a host never waits on a lost answer. Register accesses whose slave does not answer
 within ``timeout`` cycles get an SLVERR reply instead of hanging the link.
@@ -175,9 +175,11 @@ class UartBridge(wiring.Component):
             with m.State("MEM_WRITE_STORE"):
                 with m.If(word < self.memory_words):
                     m.d.comb += mem.we.eq(1)
+                    with m.If(mem.done):        # block RAM: at once; SDRAM: cycles later
+                        next_word("MEM_WRITE_DATA")
                 with m.Else():
                     m.d.sync += bad.eq(1)
-                next_word("MEM_WRITE_DATA")
+                    next_word("MEM_WRITE_DATA")
             with m.State("MEM_READ"):
                 with m.If(word < self.memory_words):
                     m.d.comb += mem.re.eq(1)

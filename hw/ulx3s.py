@@ -3,7 +3,17 @@
 The 25 MHz oscillator feeds an EHXPLLL whose dividers come from Project Trellis' ``ecppll``
 (:func:`ecp5_pll_settings`); the system clock domain is held in reset until the PLL locks.
 Pins: the FTDI UART (the host link), LED 0 the heartbeat, LED 1 the accelerator's interrupt,
-LED 7 PLL lock.
+LED 7 PLL lock, and the SDRAM (the accelerator's DRAM by default; ``memory="bram"`` uses block
+RAM instead).
+
+SDRAM pins (:func:`sdram_pins`): every output, DQ's output enable included, leaves through a
+register on the system clock; the SDRAM's clock is the system clock inverted (a DDR output
+of 0 then 1), so the SDRAM samples commands and write data half a cycle after they change;
+read data is captured by registers on the inverted clock, in the middle of the data's valid
+window, which at 100 MHz no rising edge hits. From the controller's side this adds one cycle to
+a read (:data:`SDRAM_READ_DELAY`). The controller is verified in simulation against a
+behavioural SDRAM; this pin timing is reasoned from the datasheet's tAC/tOH, not measured on a
+board.
 """
 
 from __future__ import annotations
@@ -22,13 +32,15 @@ from sfnpu.config import HwConfig, get_config
 
 from .board import BoardSystem
 
-__all__ = ["Ulx3sTop", "Ulx3s85FPlatform", "ecp5_pll_settings", "ulx3s_config",
-           "OSCILLATOR_MHZ", "MEMORY_BYTES"]
+__all__ = ["Ulx3sTop", "Ulx3s85FPlatform", "ecp5_pll_settings", "ulx3s_config", "sdram_pins",
+           "OSCILLATOR_MHZ", "MEMORY_BYTES", "SDRAM_READ_DELAY"]
 
 OSCILLATOR_MHZ = 25
-#: Block RAM for the DRAM image: what is left of the part's 208 DP16KD beside the accelerator
-#: (bundled PP-LCNet needs 4.6 MB: it does not fit; small models do).
+#: Block RAM for the DRAM image with ``memory="bram"``: what is left of the part's 208 DP16KD
+#: beside the accelerator (bundled PP-LCNet needs 4.6 MB: it does not fit; small models do).
 MEMORY_BYTES = 64 * 1024
+#: Cycles the SDRAM pins' registers add to a read (see the module docstring).
+SDRAM_READ_DELAY = 1
 
 
 def ulx3s_config() -> HwConfig:
@@ -72,12 +84,14 @@ class Ulx3s85FPlatform(ULX3S_85F_Platform):
 class Ulx3sTop(Elaboratable):
     """The ULX3S build top (see the module docstring)."""
 
-    def __init__(self, config: HwConfig, *, memory_bytes: int, clock_mhz: float, baud: int,
-                 pll: tuple[dict, dict], with_accelerator: bool = True):
+    def __init__(self, config: HwConfig, *, clock_mhz: float, baud: int,
+                 pll: tuple[dict, dict], memory: str = "sdram", memory_bytes: int | None = None,
+                 with_accelerator: bool = True):
         divisor = round(clock_mhz * 1e6 / baud)
         if abs(clock_mhz * 1e6 / divisor / baud - 1) > 0.02:
             raise ValueError(f"baud {baud}: {clock_mhz:g} MHz / {divisor} is more than 2 % off")
         self.config = config
+        self.memory = memory
         self.memory_bytes = memory_bytes
         self.clock_mhz = clock_mhz
         self.uart_divisor = divisor
@@ -105,9 +119,13 @@ class Ulx3sTop(Elaboratable):
         # and the divider settings (a net constraint would name a net synthesis renamed).
 
         m.submodules.system = system = BoardSystem(
-            self.config, memory_bytes=self.memory_bytes, uart_divisor=self.uart_divisor,
+            self.config, memory=self.memory, memory_bytes=self.memory_bytes,
+            uart_divisor=self.uart_divisor, clock_mhz=self.clock_mhz,
+            sdram_read_delay=SDRAM_READ_DELAY,
             heartbeat_bits=max(2, int(self.clock_mhz * 1e6).bit_length() - 1),
             with_accelerator=self.with_accelerator)
+        if self.memory == "sdram":
+            sdram_pins(m, platform, system.sdram)
         uart = platform.request("uart", dir={"rx": "-", "tx": "-", "rts": "-", "dtr": "-"})
         m.submodules.uart_rx = uart_rx = io.Buffer("i", uart.rx)
         m.submodules.uart_tx = uart_tx = io.Buffer("o", uart.tx)
@@ -123,3 +141,21 @@ class Ulx3sTop(Elaboratable):
             leds[2].o.eq(locked),
         ]
         return m
+
+
+def sdram_pins(m: Module, platform, sdram):
+    """The SDRAM controller's pin signals onto the board's ``sdram`` resource (see the module
+    docstring for the clocking)."""
+    pins = platform.request("sdram", dir="-")
+    m.domains.sdram_capture = capture = ClockDomain("sdram_capture", reset_less=True,
+                                                    local=True)
+    m.d.comb += capture.clk.eq(~ClockSignal("sync"))
+    m.submodules.sdram_clk = clk = io.DDRBuffer("o", pins.clk)
+    m.d.comb += [clk.o[0].eq(0), clk.o[1].eq(1)]
+    for name in ("clk_en", "cs", "we", "ras", "cas", "ba", "a", "dqm"):
+        m.submodules[f"sdram_{name}"] = buffer = io.FFBuffer("o", getattr(pins, name))
+        m.d.comb += buffer.o.eq(getattr(sdram, name))
+    # DQ's registers are in the fabric: an ECP5 I/O cell takes one clock for input and output.
+    m.submodules.sdram_dq = dq = io.Buffer("io", pins.dq)
+    m.d.sync += [dq.o.eq(sdram.dq_o), dq.oe.eq(sdram.dq_oe)]
+    m.d.sdram_capture += sdram.dq_i.eq(dq.i)

@@ -63,6 +63,7 @@ class EcpBuild:
     baud: int
     synth_only: bool
     with_accelerator: bool
+    memory: str = "sdram"
     seconds: dict[str, float] = field(default_factory=dict)
     synth_cells: dict[str, int] = field(default_factory=dict)
     utilization: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -108,26 +109,35 @@ def _synth_cells(log_text: str) -> dict[str, int]:
 
 
 def build_ecp5(out_dir, *, config: HwConfig | None = None, clock_mhz: float | None = None,
-               baud: int = DEFAULT_BAUD, memory_bytes: int | None = None,
+               baud: int = DEFAULT_BAUD, memory: str = "sdram", memory_bytes: int | None = None,
                synth_only: bool = False, with_accelerator: bool = True, seed: int = 1,
                log=print) -> EcpBuild:
+    """``memory``: the accelerator's DRAM, the board's SDRAM (``"sdram"``) or
+    ``memory_bytes`` of block RAM (``"bram"``, default :data:`~sfnpu.hw.ulx3s.MEMORY_BYTES`)."""
+    from .hw.sdram_timing import ULX3S_SDRAM
     from .hw.ulx3s import MEMORY_BYTES, Ulx3s85FPlatform, Ulx3sTop, ecp5_pll_settings, \
         ulx3s_config
 
     cfg = config or ulx3s_config()
     clock_mhz = clock_mhz or cfg.clock_mhz
-    memory_bytes = memory_bytes or MEMORY_BYTES
+    if memory == "sdram" and memory_bytes:
+        raise BitstreamError("the SDRAM's size is the board's: memory_bytes sizes block RAM "
+                             "(memory='bram')")
+    memory_bytes = (memory_bytes or MEMORY_BYTES) if memory == "bram" else \
+        ULX3S_SDRAM.size_bytes
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     env = _toolchain_env()
     pll_params, pll_attrs, reached = ecp5_pll_settings(_tool("yowasp-ecppll"), clock_mhz)
-    build = EcpBuild(out, cfg, memory_bytes, reached, baud, synth_only, with_accelerator)
+    build = EcpBuild(out, cfg, memory_bytes, reached, baud, synth_only, with_accelerator,
+                     memory)
 
     log(f"elaborating the ULX3S top ({cfg.name if with_accelerator else 'no accelerator'}, "
-        f"{memory_bytes // 1024} KiB block RAM, {reached:g} MHz)")
+        f"{_memory_text(build)}, {reached:g} MHz)")
     t0 = time.perf_counter()
-    top = Ulx3sTop(cfg, memory_bytes=memory_bytes, clock_mhz=reached, baud=baud,
-                   pll=(pll_params, pll_attrs), with_accelerator=with_accelerator)
+    top = Ulx3sTop(cfg, memory=memory, memory_bytes=memory_bytes if memory == "bram" else None,
+                   clock_mhz=reached, baud=baud, pll=(pll_params, pll_attrs),
+                   with_accelerator=with_accelerator)
     plan = Ulx3s85FPlatform().build(
         top, name=ECP5_NAME, do_build=False,
         nextpnr_opts=f"--report {ECP5_NAME}.report.json --timing-allow-fail --seed {seed}")
@@ -169,6 +179,12 @@ def _script_command(script: str, var: str) -> list[str]:
     raise BitstreamError(f"Amaranth's build script has no {var} step")
 
 
+def _memory_text(b: EcpBuild) -> str:
+    if b.memory == "bram":
+        return f"{b.memory_bytes // 1024} KiB block RAM"
+    return f"{b.memory_bytes >> 20} MiB SDRAM"
+
+
 _UTIL_ROWS = (("LUT4", "TRELLIS_COMB"), ("FF", "TRELLIS_FF"), ("DSP (MULT18X18D)", "MULT18X18D"),
               ("EBR (DP16KD)", "DP16KD"))
 _SYNTH_ROWS = (("LUT4", "LUT4"), ("FF", "TRELLIS_FF"), ("DSP (MULT18X18D)", "MULT18X18D"),
@@ -183,8 +199,12 @@ def ecp5_report(b: EcpBuild) -> str:
         f"- accelerator: `{cfg.summary()}`" if b.with_accelerator else
         "- accelerator: **left out** — a check of the build flow with the link, memory, PLL "
         "and pins only (`make test`); `make bitstream` builds the whole design",
-        f"- image memory: {b.memory_bytes // 1024} KiB of on-chip block RAM (DP16KD) behind an "
-        f"AXI4 slave at address 0 — the board's SDRAM is not used",
+        (f"- image memory: {b.memory_bytes // 1024} KiB of on-chip block RAM (DP16KD) behind an "
+         f"AXI4 slave at address 0 — the board's SDRAM is not used" if b.memory == "bram" else
+         f"- image memory: the board's {b.memory_bytes >> 20} MiB SDR SDRAM through sfnpu's "
+         f"SDRAM controller (`hw/sdram.py`, AXI4 slave at address 0, AS4C-7 timing at "
+         f"{b.clock_mhz:g} MHz) — verified in simulation against a behavioural SDRAM model, "
+         f"not tested on a board"),
         f"- host link: UART at {b.baud} baud (divisor {round(b.clock_mhz * 1e6 / b.baud)}), "
         f"heartbeat on LED 0, interrupt on LED 1, PLL lock on LED 7",
         f"- clock: {b.clock_mhz:g} MHz from the 25 MHz oscillator through EHXPLLL",

@@ -548,12 +548,15 @@ def cmd_bitstream(args) -> int:
     t0 = time.perf_counter()
     kwargs = {"log": lambda text: console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {text}")}
     if args.board == "ulx3s-85f":
+        if args.memory_kib and args.memory != "bram":
+            raise CliError("--memory-kib sizes block RAM: add --memory bram")
         kwargs.update(synth_only=args.synth_only, clock_mhz=args.clock_mhz, baud=args.baud,
+                      memory=args.memory or "sdram",
                       memory_bytes=args.memory_kib * 1024 if args.memory_kib else None,
                       with_accelerator=not args.link_only)
-    elif args.synth_only or args.clock_mhz or args.memory_kib or args.link_only:
-        raise CliError(f"--synth-only, --link-only, --clock-mhz and --memory-kib apply to "
-                       f"ulx3s-85f; {args.board} gets a Vivado project")
+    elif args.synth_only or args.clock_mhz or args.memory or args.memory_kib or args.link_only:
+        raise CliError(f"--synth-only, --link-only, --clock-mhz, --memory and --memory-kib "
+                       f"apply to ulx3s-85f; {args.board} gets a Vivado project")
     result = build_board(args.board, out, **kwargs)
     if args.board == "ulx3s-85f":
         console.print((out / "report.md").read_text())
@@ -714,7 +717,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="ulx3s-85f: stop after synthesis (cell counts, no Fmax)")
     bs.add_argument("--clock-mhz", type=float, help="ulx3s-85f: PLL clock (default: config)")
     bs.add_argument("--baud", type=int, default=DEFAULT_BAUD, help="ulx3s-85f: UART speed")
-    bs.add_argument("--memory-kib", type=int, help="ulx3s-85f: block RAM for the image")
+    bs.add_argument("--memory", choices=("sdram", "bram"),
+                    help="ulx3s-85f: the image memory, the board's SDRAM (default) or block RAM")
+    bs.add_argument("--memory-kib", type=int,
+                    help="ulx3s-85f with --memory bram: block RAM size (default 64)")
     bs.add_argument("--link-only", action="store_true",
                     help="ulx3s-85f: leave the accelerator out (a quick check of the flow)")
     bs.add_argument("--out", help="output folder (default build/bitstream/BOARD)")

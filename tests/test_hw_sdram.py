@@ -488,3 +488,75 @@ def test_init_order_is_checked():
     model.edge = QUICK.power_up
     model.step(1, 1, Command.REFRESH, 0, 0, 0, 0, 0)      # AUTO REFRESH before PRECHARGE ALL
     assert {v.rule for v in model.violations} == {"init order"}
+
+
+# -- the board: the UART host link reaches the SDRAM ---------------------------------------------
+
+def test_host_link_reaches_the_sdram():
+    """BoardSystem with the SDRAM (no accelerator): IDENT reports 32 MiB, and a MEM_WRITE then
+    MEM_READ over the UART pins come back through the controller, with the datasheet's power-up
+    and the model checking every command."""
+    from sfnpu.hostlink import Command as Link, Status
+    from sfnpu.hw.board import BoardSystem
+    from sfnpu.hw.ulx3s import ulx3s_config
+
+    divisor = 4
+    system = BoardSystem(ulx3s_config(), memory="sdram", uart_divisor=divisor,
+                         with_accelerator=False, heartbeat_bits=4)
+    model = SdramModel(system.sdram, system.sdram_cycles)
+    words = [0x01234567, 0x89ABCDEF, 0xDEADBEEF]
+    # (request, reply length): one request at a time, as the bridge serves them.
+    requests = [
+        (bytes([Link.IDENT.value]), 7),
+        (bytes([Link.MEM_WRITE.value]) + (1000).to_bytes(4, "little")
+         + len(words).to_bytes(2, "little") + b"".join(w.to_bytes(4, "little") for w in words),
+         1),
+        (bytes([Link.MEM_READ.value]) + (999).to_bytes(4, "little")
+         + (5).to_bytes(2, "little"), 5 * 4 + 1),
+    ]
+    reply_bytes = sum(n for _, n in requests)
+    reply = bytearray()
+
+    async def send(ctx):
+        # The UART receiver has no FIFO: a host starts once the SDRAM is ready (200 µs).
+        await ctx.tick().repeat(system.sdram_cycles.power_up + 100)
+        expected = 0
+        for request, answer in requests:
+            for byte in request:
+                for bit in [0, *(byte >> i & 1 for i in range(8)), 1]:
+                    ctx.set(system.uart_rx, bit)
+                    await ctx.tick().repeat(divisor)
+            expected += answer
+            while len(reply) < expected:
+                await ctx.tick()
+
+    async def receive(ctx):
+        while len(reply) < reply_bytes:
+            await ctx.tick().until(system.uart_tx == 0)          # start bit
+            await ctx.tick().repeat(divisor // 2)
+            byte = 0
+            for i in range(8):
+                await ctx.tick().repeat(divisor)
+                byte |= ctx.get(system.uart_tx) << i
+            await ctx.tick().repeat(divisor)                      # stop bit
+            reply.append(byte)
+
+    async def watchdog(ctx):
+        await ctx.delay(60_000 * PERIOD_S)
+        raise SimulationTimeout(f"the link answered {bytes(reply).hex()} only")
+
+    sim = Simulator(system)
+    sim.add_clock(PERIOD_S)
+    sim.add_testbench(model.run, background=True)
+    sim.add_testbench(watchdog, background=True)
+    sim.add_testbench(send)
+    sim.add_testbench(receive)
+    sim.run()
+    assert_clean(model)
+    okay = Status.OKAY.value
+    assert reply[:7] == bytes([1]) + (32 << 20).to_bytes(4, "little") + bytes([4, okay])
+    assert reply[7] == okay
+    got = [int.from_bytes(reply[8 + 4 * k:12 + 4 * k], "little") for k in range(5)]
+    assert got == [0, *words, 0] and reply[-1] == okay
+    assert model.edge > system.sdram_cycles.power_up
+    assert model.commands[0][0] >= system.sdram_cycles.power_up
