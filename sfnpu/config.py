@@ -261,7 +261,10 @@ CONFIGS: dict[str, HwConfig] = {
         name="kcu1500", ti=64, to=64, buffer_bytes=(1536 * KiB,) * 3,
         row_buffer_bytes=384 * KiB, psum_buffer_bytes=512 * KiB, write_buffer_bytes=32 * KiB,
         dsp_packing=True, clock_mhz=200.0, dram_bus_bits=512, dram_latency=64,
-        dram_bandwidth_gbps=12.8, dram_max_burst=64, device="XCKU115"),
+        dram_bandwidth_gbps=12.8, dram_max_burst=64, device="XCKU115",
+        # Stores for every paper network: VGG-16's 4096-channel classifier, DenseNet-121's
+        # input tables over up to 1024 channels.
+        max_channels=4096, max_table_channels=1024),
 }
 
 
