@@ -310,6 +310,22 @@ def test_frame_reuse_with_on_chip_buffers(harness, tmp_path, build):
         assert len(result.group_cycles) == len(program.instructions)
 
 
+def test_concat_destination_on_chip(harness, tmp_path):
+    """The held long-path policy keeps a concat destination on chip: both producers write
+    their parts into one buffer at their channel offsets and the reader takes it from there;
+    the whole DRAM still matches."""
+    net, outputs = concat_net()
+    compiled, _ = compiled_image(tmp_path, net, outputs, harness.config)
+    blocks = detect_blocks(compiled.graph, compiled.groups)
+    policy = Policy(Policy.uniform(blocks, Reuse.FRAME).modes, hold_long_paths=True)
+    program = apply_policy(compiled, policy, blocks)
+    dest = next(g.dest for g in compiled.groups if g.dest)
+    writers = [i for g, i in zip(compiled.groups, program.instructions) if g.dest == dest]
+    assert len(writers) == 2 and {i.output for i in writers} == {writers[0].output}
+    assert writers[0].output.space != MemSpace.DRAM
+    run_and_compare(harness, program.pack(compiled.quantise_inputs({"x": net.samples(1)})))
+
+
 def test_frame_reuse_reads_weights_once(tiny_harness, tmp_path):
     """The 72 KiB layer of `wide_net` does not fit the weight store: in row reuse its weights
     cross the bus once per output row, in frame reuse once (chunks of output-channel blocks
