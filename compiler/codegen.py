@@ -111,10 +111,8 @@ class _Builder:
                 post["signed"][0, k] = int(out_q.signed)
             if node.op == "channel_table":
                 f["in_transform"] = isa.InputTransform.CHANNEL_TABLE
-                tables = np.zeros((layout.channel_blocks(x.shape[0], self.config.lanes)
-                                   * self.config.lanes, 256), np.uint8)
-                tables[:x.shape[0]] = node.consts["table"].view(np.uint8)
-                arrays["channel_table"] = tables
+                arrays["channel_table"] = layout.pack_channel_tables(
+                    node.consts["table"].view(np.uint8), self.config.lanes)
             elif node.op == "conv":
                 weights = self.conv_fields(group, node, stage_in, out_q, f, arrays)
             elif node.op == "table":

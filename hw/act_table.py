@@ -7,8 +7,10 @@ raw bytes, so the lookup needs no signedness: the table already holds the output
 
 A beat carries ``lanes`` codes, all looked up in the same cycle, so every lane has its own copy
 of the table (one memory per lane; in the shared mode all copies are written together). The
-tables are loaded through a byte-wide write port from the group's parameter block before the
-stream starts.
+tables are loaded from the group's parameter block before the stream starts: the shared table
+one byte per cycle, the per-channel tables ``write_bytes`` lanes per cycle (the section's order
+``[C/L][256][L]``, :func:`sfnpu.layout.pack_channel_tables`, puts one code's entries for
+consecutive lanes in one bus beat).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ class ActivationTable(wiring.Component):
         channel block *b* uses the table of channel ``b·lanes + l``.
     max_channels : int
         Per-channel mode: channels whose tables fit on chip (a multiple of ``lanes``).
+    write_bytes : int
+        Per-channel mode: entries written per cycle, of consecutive lanes (a power of two
+        dividing ``lanes``; the bus width in bytes). The shared table takes one per cycle.
 
     Signature
     ---------
@@ -52,12 +57,13 @@ class ActivationTable(wiring.Component):
     channel_block : In(range(max_channels // lanes))
         Per-channel mode only: channel block of the beat on ``i_stream`` (sampled with it).
     write_addr : In(range(256)) or In(range(256 · max_channels))
-        Table entry to write: the code; per-channel, ``channel·256 + code`` — the byte offset
-        within the parameter section, so a DMA copies the section unchanged.
-    write_data : In(8)
-        Entry value (raw byte).
+        Table entry to write: the code; per-channel, ``(block·256 + code)·lanes + lane`` of
+        the first of the ``write_bytes`` lanes — the byte offset within the parameter section,
+        so a DMA copies the section unchanged.
+    write_data : In(8) or In(8 · write_bytes)
+        Entry values (raw bytes; per-channel, byte *k* for lane ``lane + k``).
     write_en : In(1)
-        Write ``write_data`` at ``write_addr`` this cycle (one entry per cycle).
+        Write ``write_data`` at ``write_addr`` this cycle.
 
     Configuration and table contents may change only between groups: once every input beat
     has been accepted and every output beat delivered.
@@ -69,7 +75,8 @@ class ActivationTable(wiring.Component):
     #: Cycles from an accepted input beat to its output beat (when not stalled).
     LATENCY = 1
 
-    def __init__(self, lanes: int, *, per_channel: bool = False, max_channels: int | None = None):
+    def __init__(self, lanes: int, *, per_channel: bool = False, max_channels: int | None = None,
+                 write_bytes: int = 1):
         if lanes < 1 or lanes & (lanes - 1):
             raise ValueError(f"lanes must be a power of two, not {lanes}")
         self.lanes = lanes
@@ -78,11 +85,16 @@ class ActivationTable(wiring.Component):
             if not max_channels or max_channels % lanes:
                 raise ValueError(f"max_channels must be a positive multiple of {lanes} "
                                  f"(lanes), not {max_channels}")
+            if write_bytes < 1 or write_bytes & (write_bytes - 1) or lanes % write_bytes:
+                raise ValueError(f"write_bytes must be a power of two dividing {lanes} "
+                                 f"(lanes), not {write_bytes}")
             self.blocks = max_channels // lanes
         else:
-            if max_channels is not None:
-                raise ValueError("max_channels applies to the per-channel mode only")
+            if max_channels is not None or write_bytes != 1:
+                raise ValueError("max_channels and write_bytes apply to the per-channel mode "
+                                 "only")
             self.blocks = 1
+        self.write_bytes = write_bytes
         self.max_channels = self.blocks * lanes
         beat = code_beat(lanes)
         members = {
@@ -91,7 +103,7 @@ class ActivationTable(wiring.Component):
             "enable": In(1),
             "write_addr": In(range(TABLE_ENTRIES * (self.max_channels if self.per_channel
                                                      else 1))),
-            "write_data": In(8),
+            "write_data": In(8 * write_bytes),
             "write_en": In(1),
         }
         if self.per_channel:
@@ -103,11 +115,12 @@ class ActivationTable(wiring.Component):
         lanes, blocks = self.lanes, self.blocks
         lane_bits = (lanes - 1).bit_length()
 
-        # Write address → (channel block, lane, code); the shared table goes to every lane.
-        code = self.write_addr[:8]
-        channel = self.write_addr[8:]
-        write_lane = channel[:lane_bits]
-        write_block = channel[lane_bits:]
+        # Per-channel write address → (block, code, lane); the shared table goes to every lane.
+        W = self.write_bytes
+        if self.per_channel:
+            write_lane = self.write_addr[:lane_bits]
+            write_code = self.write_addr[lane_bits:lane_bits + 8]
+            write_block = self.write_addr[lane_bits + 8:]
 
         looked_up_valid = Signal()          # the memories' read registers hold a beat
         advance = ~looked_up_valid | self.o_stream.ready
@@ -118,22 +131,25 @@ class ActivationTable(wiring.Component):
             write = table.write_port()
             read = table.read_port()
             if self.per_channel:
-                lane_selected = write_lane == lane if lanes > 1 else 1
+                # The write covers lanes write_lane … write_lane + W − 1 (write_lane a
+                # multiple of W): this lane takes byte lane mod W when its group is addressed.
+                group_bits = lane_bits - (W - 1).bit_length()
+                selected = (write_lane[lane_bits - group_bits:] == lane // W) if group_bits \
+                    else 1
                 m.d.comb += [
-                    write.addr.eq(Cat(code, write_block)),
-                    write.en.eq(self.write_en & lane_selected),
+                    write.addr.eq(Cat(write_code, write_block)),
+                    write.en.eq(self.write_en & selected),
+                    write.data.eq(self.write_data.word_select(lane % W, 8)),
                     read.addr.eq(Cat(self.i_stream.payload[lane], self.channel_block)),
                 ]
             else:
                 m.d.comb += [
-                    write.addr.eq(code),
+                    write.addr.eq(self.write_addr),
                     write.en.eq(self.write_en),
+                    write.data.eq(self.write_data),
                     read.addr.eq(self.i_stream.payload[lane]),
                 ]
-            m.d.comb += [
-                write.data.eq(self.write_data),
-                read.en.eq(advance),        # a stalled output keeps its looked-up value
-            ]
+            m.d.comb += read.en.eq(advance)        # a stalled output keeps its looked-up value
             with m.If(self.enable):
                 m.d.comb += self.o_stream.payload[lane].eq(read.data)
 

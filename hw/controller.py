@@ -283,7 +283,8 @@ class GroupController(wiring.Component):
         m.submodules.act_after = act_after = ResetInserter(flush)(ActivationTable(L))
 
         m.submodules.in_table = in_table = ResetInserter(flush)(
-            ActivationTable(L, per_channel=True, max_channels=self.max_table_channels))
+            ActivationTable(L, per_channel=True, max_channels=self.max_table_channels,
+                            write_bytes=B))
 
         def post_word(field, index=0):
             return post[_POST_FIELD_WORD[field] + index]
@@ -983,7 +984,7 @@ class GroupController(wiring.Component):
             weight_w.data.eq(Cat(*([beat] * (Ti * To // B)))),
             act.write_data.eq(beat.word_select(act_byte, 8)),
             act_after.write_data.eq(beat.word_select(act_byte, 8)),
-            in_table.write_data.eq(beat.word_select(act_byte, 8)),
+            in_table.write_data.eq(beat),
         ]
         with m.If(loading_params & rd.valid):
             pos = load_pos
@@ -1012,8 +1013,7 @@ class GroupController(wiring.Component):
                              act_after.write_addr.eq(pos - act_off + act_byte),
                              act_after.write_en.eq(1)]
             with m.Elif(in_ct):
-                m.d.comb += [in_table.write_addr.eq(pos - ct_off + act_byte),
-                             in_table.write_en.eq(1)]
+                m.d.comb += [in_table.write_addr.eq(pos - ct_off), in_table.write_en.eq(1)]
         with m.If(loading_weights & rd.valid):
             with m.If(depthwise):
                 byte = Cat(Const(0, _log2(B)), dw_chunk, dw_slot) if beats_per_word > 1 \
@@ -1024,10 +1024,11 @@ class GroupController(wiring.Component):
                 m.d.comb += [weight_w.addr.eq(load_pos >> _log2(Ti * To)),
                              weight_w.en.eq(one_hot(load_pos[_log2(B):_log2(Ti * To)],
                                                     Ti * To // B))]
-        # Read-data ready outside compute: the tables take one byte per cycle.
+        # Read-data ready outside compute: the shared activation table takes one byte per
+        # cycle (every lane's copy written at once); the per-channel tables take a beat.
         with m.If(~compute):
-            m.d.comb += rd.ready.eq(~(loading_params & (in_act | in_ct)) | (act_byte == B - 1))
-        with m.If(loading_params & rd.valid & (in_act | in_ct)):
+            m.d.comb += rd.ready.eq(~(loading_params & in_act) | (act_byte == B - 1))
+        with m.If(loading_params & rd.valid & in_act):
             m.d.sync += act_byte.eq(Mux(act_byte == B - 1, 0, act_byte + 1))
         with m.If(beat_fire & ~compute):
             m.d.sync += [load_pos.eq(load_pos + B), beat_index.eq(beat_index + 1)]

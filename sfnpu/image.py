@@ -38,7 +38,8 @@ __all__ = [
 ]
 
 MAGIC = b"SFNPUIMG"
-FORMAT_VERSION = 1
+#: 2: per-channel input tables in beat order [C/L][256][L] (layout.pack_channel_tables).
+FORMAT_VERSION = 2
 SECTION_ALIGN = 64
 
 #: Header fields: (name, struct format, meaning). Little-endian, 64 bytes with padding.

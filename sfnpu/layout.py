@@ -27,7 +27,8 @@ from .isa import Activation, ConvKind, Eltwise, Instruction, InputTransform, Loc
 __all__ = [
     "PARAM_ALIGN", "channel_blocks", "tensor_bytes", "pack_tensor", "unpack_tensor",
     "weight_shape", "weight_bytes", "pack_weights", "unpack_weights", "ParamSection",
-    "param_sections", "param_bytes", "pack_params", "unpack_params", "Access", "accesses",
+    "param_sections", "param_bytes", "pack_params", "unpack_params", "pack_channel_tables",
+    "unpack_channel_tables", "Access", "accesses",
     "conv_output_hw", "STAGES", "POST_RECORD",
 ]
 
@@ -210,6 +211,22 @@ def pack_params(instr: Instruction, config: HwConfig, **arrays) -> bytes:
 def unpack_params(buf: bytes, instr: Instruction, config: HwConfig) -> dict[str, np.ndarray]:
     return {s.name: np.frombuffer(buf, dtype=s.dtype, count=s.count, offset=s.offset).copy()
             for s in param_sections(instr, config)}
+
+
+def pack_channel_tables(tables: np.ndarray, lanes: int) -> np.ndarray:
+    """Per-channel tables ``(C, 256)`` in the ``channel_table`` section's order
+    ``[C/L][256][L]`` (channels padded to whole blocks): consecutive bytes are one code's
+    entries for consecutive lanes, so every bus beat fills one entry of several lanes' tables
+    at once, where a channel-major order would fill one table a byte per cycle."""
+    c = tables.shape[0]
+    padded = np.zeros((channel_blocks(c, lanes) * lanes, 256), tables.dtype)
+    padded[:c] = tables
+    return padded.reshape(-1, lanes, 256).transpose(0, 2, 1).reshape(-1)
+
+
+def unpack_channel_tables(section: np.ndarray, lanes: int, channels: int) -> np.ndarray:
+    """Inverse of :func:`pack_channel_tables`: the ``(channels, 256)`` tables."""
+    return section.reshape(-1, 256, lanes).transpose(0, 2, 1).reshape(-1, 256)[:channels]
 
 
 # --------------------------------------------------------------------------------------------

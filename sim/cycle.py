@@ -19,7 +19,7 @@ Latency, per group (the controller's states in order)::
 
 Control transfers use the DRAM model's closed form (:mod:`sfnpu.hw.axi_mem`): a read of *N*
 beats takes ``ISSUE_LATENCY + latency + floor((N − 1) · B/bpc) + 1`` cycles after its command
-state; beats of activation or input tables are taken one byte per cycle. The compute phase is
+state; beats of the activation table are taken one byte per cycle. The compute phase is
 a row-level schedule: input rows arrive at the DRAM rate (shared with the output writes and
 the shortcut stream), the row buffer holds ``6 · places`` rows, each output row takes
 :func:`~sfnpu.hw.conv_array.row_cycles` once its input rows are present, the post-processing
@@ -37,8 +37,7 @@ from typing import Sequence
 from sfnpu import image, isa, layout
 from sfnpu.config import ROW_BUFFER_ROWS, HwConfig
 from sfnpu.hw.limits import StoreSizes, group_shape
-from sfnpu.isa import Activation, ConvKind, Eltwise, Instruction, InputTransform, MemSpace, \
-    Pool, Reuse
+from sfnpu.isa import Activation, ConvKind, Eltwise, Instruction, MemSpace, Pool, Reuse
 
 __all__ = ["CycleModel", "GroupTiming", "ModelRun", "Comparison", "compare",
            "GROUP_TOLERANCE", "RUN_TOLERANCE", "CYCLE_SLACK"]
@@ -144,7 +143,7 @@ class CycleModel:
 
     def read_transfer(self, n_beats: int, slow_beats: int = 0) -> int:
         """Cycles of a control-FSM read: the command state, then until the cycle after the
-        last beat. ``slow_beats`` beats are taken one byte per cycle (table bytes)."""
+        last beat. ``slow_beats`` beats are taken one byte per cycle (activation-table bytes)."""
         fast = n_beats - slow_beats
         data = self._stream(fast) + slow_beats * max(self.B, ceil(self.beat))
         return 1 + self.issue + self.latency + data
@@ -188,12 +187,11 @@ class CycleModel:
         chunks = self._chunks(s)
         if s.chunk_obs != s.out_blocks:                      # CHUNK: one block per cycle
             control += s.chunk_obs + 1
-        # PARAM: the tables are written one byte per cycle.
+        # PARAM: the activation table is written one byte per cycle (the per-channel tables
+        # a beat per cycle, like the other parameters).
         param_len = layout.param_bytes(instr, cfg)
         n = self.beats(instr.params.offset, param_len)
         table_bytes = 256 if instr.act == Activation.TABLE else 0
-        if instr.in_transform == InputTransform.CHANNEL_TABLE:
-            table_bytes += s.in_blocks * L * 256
         control += self.read_transfer(n, table_bytes // B)
         read += n * B
         loads_weights = not (s.identity or s.streaming)

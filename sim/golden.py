@@ -73,7 +73,7 @@ class GoldenModel:
         cur_zp, cur_signed = i.in_zp, bool(i.in_signed)
         if i.in_transform == isa.InputTransform.CHANNEL_TABLE:
             cur_zp, cur_signed, _ = qout("in_transform")
-            tables = params["channel_table"].reshape(-1, 256)[:i.in_c]
+            tables = layout.unpack_channel_tables(params["channel_table"], cfg.lanes, i.in_c)
             x = numeric.apply_table(x, tables.astype(np.int8 if cur_signed else np.uint8),
                                     bool(i.in_signed))
         if i.conv != ConvKind.NONE:

@@ -7,21 +7,25 @@ valid/ready stalls; every one of the 256 codes is looked up in every lane.
 import numpy as np
 import pytest
 
+from sfnpu import layout
 from sfnpu.hw.act_table import ActivationTable
 from sfnpu.numeric import apply_table, qrange, requant_table
 from stream_bench import beats_of, run_streams, tensor_of
 
 
 def load_tables(dut, tables: np.ndarray):
-    """Setup coroutine: every table entry through the write port, one per cycle, in the
-    parameter section's byte order (channel-major)."""
-    raw = (np.asarray(tables).astype(np.int64) & 0xFF).reshape(-1)
+    """Setup coroutine: every table entry through the write port in the parameter section's
+    byte order (:func:`sfnpu.layout.pack_channel_tables` for per-channel tables), the DUT's
+    ``write_bytes`` entries per cycle."""
+    tables = np.asarray(tables).astype(np.int64) & 0xFF
+    raw = layout.pack_channel_tables(tables, dut.lanes) if dut.per_channel else tables
+    words = raw.astype(np.uint8).reshape(-1, dut.write_bytes)
 
     async def setup(ctx):
         ctx.set(dut.write_en, 1)
-        for addr, value in enumerate(raw.tolist()):
-            ctx.set(dut.write_addr, addr)
-            ctx.set(dut.write_data, value)
+        for k, word in enumerate(words):
+            ctx.set(dut.write_addr, k * dut.write_bytes)
+            ctx.set(dut.write_data, int.from_bytes(word.tobytes(), "little"))
             await ctx.tick()
         ctx.set(dut.write_en, 0)
     return setup
@@ -67,14 +71,17 @@ def test_shared_table(lanes, c, h, w, in_signed, out_signed, kind):
     assert run.extra == 0
 
 
-@pytest.mark.parametrize("lanes, max_channels, c, h, w, in_signed, out_signed", [
-    (8, 32, 32, 4, 9, True, False),
-    (4, 16, 14, 6, 5, False, True),
+@pytest.mark.parametrize("lanes, max_channels, c, h, w, in_signed, out_signed, write_bytes", [
+    (8, 32, 32, 4, 9, True, False, 8),
+    (8, 32, 20, 3, 4, False, False, 4),
+    (4, 16, 14, 6, 5, False, True, 1),
 ])
-def test_per_channel_tables(lanes, max_channels, c, h, w, in_signed, out_signed):
-    """InputTransform.CHANNEL_TABLE: lane l of channel block b looks up channel b·lanes + l."""
+def test_per_channel_tables(lanes, max_channels, c, h, w, in_signed, out_signed, write_bytes):
+    """InputTransform.CHANNEL_TABLE: lane l of channel block b looks up channel b·lanes + l;
+    the tables are written ``write_bytes`` lanes at a time."""
     rng = np.random.default_rng(max_channels + c)
-    dut = ActivationTable(lanes, per_channel=True, max_channels=max_channels)
+    dut = ActivationTable(lanes, per_channel=True, max_channels=max_channels,
+                          write_bytes=write_bytes)
     lo, hi = qrange(out_signed)
     tables = rng.integers(lo, hi + 1, (max_channels, 256))
     x = random_map(rng, c, h, w, in_signed)
@@ -129,7 +136,8 @@ def test_random_groups(seed):
     beats = beats_of(x, lanes)
     if per_channel:
         blocks = -(-c // lanes)
-        dut = ActivationTable(lanes, per_channel=True, max_channels=blocks * lanes)
+        dut = ActivationTable(lanes, per_channel=True, max_channels=blocks * lanes,
+                              write_bytes=int(rng.choice([1, 2, lanes])))
         tables = rng.integers(lo, hi + 1, (blocks * lanes, 256))
         source = (beats, {"channel_block": [k // (h * w) for k in range(len(beats))]})
         expected = apply_table(x, tables[:c], in_signed)

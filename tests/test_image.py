@@ -76,7 +76,7 @@ def test_header_and_sections_on_disk(sample):
     magic, version, header_bytes, fingerprint, image_bytes, count, groups, flags, crc = \
         HEADER.unpack_from(sample.blob)
     assert (magic, version, fingerprint, groups, flags) == \
-        (b"SFNPUIMG", 1, TINY.fingerprint, 4, 0)
+        (b"SFNPUIMG", 2, TINY.fingerprint, 4, 0)
     assert header_bytes == 64 + 32 * count and count == 5
     kinds = [SECTION.unpack_from(sample.blob, 64 + 32 * i)[0] for i in range(count)]
     assert kinds == [1, 2, 3, 4, 5]
@@ -105,8 +105,10 @@ def test_bad_magic(sample):
 
 
 def test_wrong_version(sample):
-    with pytest.raises(ImageError, match="format version 2; this sfnpu reads version 1"):
-        image.unpack(patch_header(sample.blob, "version", "I", 2))
+    newer = image.FORMAT_VERSION + 1
+    with pytest.raises(ImageError, match=f"format version {newer}; this sfnpu reads version "
+                       f"{image.FORMAT_VERSION}"):
+        image.unpack(patch_header(sample.blob, "version", "I", newer))
 
 
 def test_header_checksum(sample):

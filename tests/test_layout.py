@@ -143,3 +143,16 @@ def test_accesses_cover_every_operand():
     assert got["shortcut"].end - got["shortcut"].start == 2 * 4 * 4 * 8
     assert got["weights"].end - got["weights"].start == 16 * 24
     assert got["params"].end - got["params"].start == layout.param_bytes(instr, TINY)
+
+
+def test_channel_tables_in_beat_order():
+    """[C/L][256][L]: consecutive bytes are one code of consecutive lanes; the inverse
+    restores the tables (a partly filled last block is padded with zeros)."""
+    rng = np.random.default_rng(3)
+    tables = rng.integers(0, 256, (13, 256)).astype(np.uint8)
+    raw = layout.pack_channel_tables(tables, 8)
+    assert raw.size == 16 * 256
+    block, code, lane = 1, 200, 4
+    assert raw[(block * 256 + code) * 8 + lane] == tables[block * 8 + lane, code]
+    assert not raw.reshape(2, 256, 8)[1, :, 5:].any()
+    assert np.array_equal(layout.unpack_channel_tables(raw, 8, 13), tables)
