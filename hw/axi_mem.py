@@ -83,6 +83,10 @@ module sfnpu_sim_dram #(parameter WORDS = 1, parameter WIDTH = 64) (
   output [WIDTH-1:0] brdata);
   reg [WIDTH-1:0] mem [0:WORDS-1];
   integer i;
+  // +sfnpu_load=FILE preloads the array at time 0 ($readmemh, `@word` addresses): a harness
+  // loads a multi-megabyte image without spending a clock cycle per word on the word port.
+  string load_file;
+  initial if ($value$plusargs("sfnpu_load=%s", load_file)) $readmemh(load_file, mem);
   assign rdata = mem[raddr];
   assign brdata = mem[baddr];
   always @(posedge clk) begin

@@ -5,8 +5,8 @@ model) with a compiled C++ driver. The driver is a register-level host written a
 generated register header ``firmware/include/sfnpu_regs.h`` — the same header firmware uses — so
 every run also checks that header against the RTL. A run:
 
-1. loads the image into the DRAM model through its backdoor port (one word per cycle, before
-   reset is released — not bus cycles, and not part of the run);
+1. loads the image into the DRAM model at time 0, before reset is released: ``$readmemh`` of
+   a hex file it writes (no clock cycles, no bus cycles, not part of the run);
 2. programs IMAGE_BASE, the DMA window and CONTROL (interrupt enable, start) over AXI4-Lite;
 3. waits for the interrupt — up to ``max_cycles``, after which it reports a timeout instead of
    hanging;
@@ -42,6 +42,7 @@ _DRIVER = r"""
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 #include "V{top}.h"
 #include "verilated.h"
@@ -118,7 +119,6 @@ static uint32_t csr_read(uint32_t addr) {{
 int main(int argc, char** argv) {{
     if (argc != 10) fail("usage: image dram_out result_out base window_base window_limit "
                          "max_cycles dump_bytes abort_after");
-    Verilated::commandArgs(1, argv);
     dut = new V{top};
 #if defined(SFNPU_TRACE_FST) || defined(SFNPU_TRACE_VCD)
     // Waves of the whole run (image load included) to $SFNPU_WAVES.
@@ -144,16 +144,23 @@ int main(int argc, char** argv) {{
     while ((c = std::fgetc(f)) != EOF) img.push_back((uint8_t)c);
     std::fclose(f);
 
-    // Backdoor load, in reset.
-    dut->rst = 1; dut->clk = 0; dut->eval();
+    // The DRAM model reads the image at time 0 from a hex file ($readmemh, no clock cycles).
+    std::string hex = std::string(argv[1]) + ".hex";
+    FILE* h = std::fopen(hex.c_str(), "w");
+    if (!h) fail("cannot write the image's hex file");
+    std::fprintf(h, "@%llx\n", (unsigned long long)(base / B));
     for (size_t off = 0; off < img.size(); off += B) {{
         uint64_t word = 0;
         for (unsigned b = 0; b < B && off + b < img.size(); ++b)
             word |= (uint64_t)img[off + b] << (8 * b);
-        dut->backdoor_addr = (base + off) / B; dut->backdoor_wdata = word; dut->backdoor_we = 1;
-        tick();
+        std::fprintf(h, "%0*llx\n", (int)(2 * B), (unsigned long long)word);
     }}
-    dut->backdoor_we = 0;
+    std::fclose(h);
+    std::string load = "+sfnpu_load=" + hex;
+    const char* args[] = {{argv[0], load.c_str()}};
+    Verilated::commandArgs(2, args);
+    dut->rst = 1; dut->clk = 0; dut->eval();
+    std::remove(hex.c_str());
     for (int k = 0; k < 4; ++k) tick();
     dut->rst = 0; tick();
     cycle = 0;
