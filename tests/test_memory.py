@@ -187,6 +187,12 @@ def test_budget_names_what_does_not_fit(small, small_path):
     # The code generator refuses the same group on that configuration, whatever the policy.
     with pytest.raises(CodegenError, match=r"group 1 .*32 words; the row buffer holds 21"):
         compile_model(small_path, short)
+    # A budget the program compiles for (the writer takes rows in pieces) but a policy
+    # exceeds (eq. 5: a whole output row) is refused by the optimizer, naming the buffer.
+    narrow = TINY.replace(name="tiny-narrow-writes", write_buffer_bytes=64)
+    with pytest.raises(AllocationError, match=r"write_buff needs 128 B .*> 64 B"):
+        apply_policy(compile_model(small_path, narrow), Policy.uniform(blocks, Reuse.FRAME),
+                     blocks)
 
 
 # --------------------------------------------------------------------------------------------
