@@ -47,11 +47,12 @@ class Device:
     family: str          # "ecp5" or "ultrascale"
     multipliers: int     # MULT18X18D (ECP5) or DSP48E2 (UltraScale)
     bram18k: int         # 18 Kbit block RAMs (an ECP5 DP16KD counts as one)
+    luts: int            # LUT4 (ECP5) or LUT6 (UltraScale)
 
 
 DEVICES = {
-    "LFE5U-85F": Device("LFE5U-85F", "ecp5", multipliers=156, bram18k=208),
-    "XCKU115": Device("XCKU115", "ultrascale", multipliers=5520, bram18k=4320),
+    "LFE5U-85F": Device("LFE5U-85F", "ecp5", multipliers=156, bram18k=208, luts=83640),
+    "XCKU115": Device("XCKU115", "ultrascale", multipliers=5520, bram18k=4320, luts=663360),
 }
 
 

@@ -3,15 +3,16 @@
 `make test` builds the ULX3S top without the accelerator — the PLL from ecppll, pins, UART
 link, bridge and the image memory (SDRAM controller or block RAM) through synthesis,
 placement, routing and packing into a `.bit` —
-in well under a minute. The whole design takes far longer (synthesis alone is over ten
-minutes on two cores), so its build runs in `make regress` (SFNPU_REGRESS=1) and in
-`make bitstream`."""
+in well under a minute — and synthesises the whole design (about 3.5 min) to check that it fits
+the part. Placing and routing the whole design takes about an hour, so that build runs in
+`make regress` (SFNPU_REGRESS=1) and in `make bitstream`."""
 
 import os
 
 import pytest
 
 from sfnpu.bitstream import build_ecp5
+from sfnpu.config import DEVICES
 from sfnpu.hw.ulx3s import MEMORY_BYTES
 from sfnpu.tb.verilator import REPO_ROOT
 
@@ -53,6 +54,20 @@ def test_ulx3s_flow_without_accelerator(memory):
     # Without the accelerator the board logic meets its clock (measured 106.6 MHz with block
     # RAM, 105.4 MHz with the SDRAM controller).
     assert all(achieved >= target for achieved, target in build.fmax.values()), build.fmax
+
+
+def test_ulx3s_accelerator_synthesises_within_the_part():
+    """The whole board top with the accelerator (``ecp5-ulx3s``, SDRAM) through Yosys: every
+    resource within the LFE5U-85F. (Placement and routing, about an hour, is `make bitstream`.)"""
+    out = BUILD / "ulx3s-85f-synth"
+    build = build_ecp5(out, synth_only=True, log=lambda _: None)
+    cells = build.synth_cells
+    part = DEVICES["LFE5U-85F"]
+    assert 0 < cells["MULT18X18D"] <= part.multipliers, cells
+    assert 0 < cells["DP16KD"] <= part.bram18k, cells
+    # A CCU2C carry cell takes the two LUT4 of a slice half.
+    assert 0 < cells["LUT4"] + 2 * cells["CCU2C"] <= part.luts, cells
+    assert "synthesis only" in (out / "report.md").read_text()
 
 
 @pytest.mark.skipif(not os.environ.get("SFNPU_REGRESS"),
