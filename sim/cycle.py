@@ -28,12 +28,17 @@ buffer holds ``6 · places`` rows, each output row takes :func:`~sfnpu.hw.conv_a
 once its input rows are present, the post-processing chain passes one word per cycle, the
 output writer takes a chunk once all its words are in the write buffer, and the group ends
 when the last output chunk's write response is back (its last word, for an on-chip output).
-Both directions' beats share the DRAM's bandwidth; the schedule keeps each direction's beats
-in order and bounds the phase by all beats at the sustained rate.
+The output rows' writes are commanded as the rows leave the post-processing chain, and the
+two directions' beats share the DRAM model's one bandwidth credit with its arbitration (a read
+beat first unless the write side's turn has come: under load they alternate), simulated in
+time order so that earlier rows' writes hold up later rows' reads. Not modelled: the write
+buffer filling up and stalling the datapath when the writes fall behind, and bursts split at
+4 KiB boundaries (the image base is only known to be 64-byte aligned).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from fractions import Fraction
 from math import ceil, floor
@@ -268,7 +273,8 @@ class CycleModel:
         if sc_row_bytes:
             shortcut_rows(sc_ahead - 1, 0)
         if instr.eltwise == Eltwise.CHANNEL_SCALE:
-            scale_ready = dram.read(0, obs * L) if sc_dram else 1 + self.issue + obs
+            scale_ready = dram.finish(dram.read(0, obs * L)) if sc_dram \
+                else 1 + self.issue + obs
 
         # Input rows: row r enters the FIFO once row r − 1 has left it for the row buffer,
         # and the row buffer takes row r once the reader's first row is above r − capacity.
@@ -288,9 +294,9 @@ class CycleModel:
         in_fifo = [0] * instr.in_h                          # cycle row r is in the FIFO
         next_in = [0]
 
-        def fetch_rows(until):
-            """Read rows into the FIFO and move them into the row buffer as far as the
-            reader's position allows, up to row ``until``."""
+        def fetch_rows(until, move=True):
+            """Read rows into the FIFO and (``move``) move them into the row buffer as far as
+            the reader's position allows, up to row ``until``."""
             nonlocal next_row
             while next_row <= until:
                 r = next_row
@@ -307,15 +313,59 @@ class CycleModel:
                     local_free[0] = max(allowed, local_free[0]) + s.in_blocks * (instr.in_w + 1)
                     in_fifo[r] = local_free[0] + 1
                 next_row += 1
-            while next_in[0] < next_row and next_in[0] <= until:
+            while move and next_in[0] < next_row and next_in[0] <= until:
                 r = next_in[0]
                 gate = room(r)
                 if gate is None:
                     break
-                row_in[r] = max(in_fifo[r], row_in[r - 1] if r else 0, gate + s.row_words) + 1
+                arrived = dram.finish(in_fifo[r]) if in_dram else in_fifo[r]
+                row_in[r] = max(arrived, row_in[r - 1] if r else 0, gate + s.row_words) + 1
                 next_in[0] += 1
 
-        # Pass 1: the array, output row by output row (cycle its last result is out).
+        # The post-processing chain, pooled row by pooled row, and the writer.
+        chunk = min(instr.out_w, max(1, self.write_words // 2))
+        rows_out = instr.out_h // pooled_h               # 2 with upsampling
+        per_block = _ceil_div(instr.out_w, chunk)        # segments of a block's row
+        commands = obs * per_block * rows_out
+        last_segment = (instr.out_w - chunk * (_ceil_div(instr.out_w, chunk) - 1)) * L
+        latency = _post_latency(instr)
+        post_state = [0, 0, 0]                            # next pooled row, post, last write
+
+        def post_rows(computed):
+            """Pass the pooled rows whose conv rows are all out (up to ``computed``) through
+            the post chain and command their writes."""
+            py, post, last_write = post_state
+            while py < pooled_h:
+                need, cost = self._post_row(instr, s, obs, py, pooled_h, pooled_w)
+                if need > computed:
+                    break
+                if instr.pool in (Pool.AVG, Pool.GLOBAL_AVG):
+                    post = max(post, results[need]) + cost
+                else:
+                    post = max(post + cost, results[need])
+                done = post + latency
+                if out_dram:
+                    # segments complete evenly over the row; each is commanded once its
+                    # words are in the write buffer, the last one when the row is done
+                    span = max(cost, row if instr.pool == Pool.NONE else cost)
+                    for k in range(commands):
+                        dram.write(done - span + (k + 1) * span // commands,
+                                   last_segment if (k + 1) % per_block == 0 else chunk * L)
+                else:
+                    # The local writer takes a chunk once all its words are in the write
+                    # buffer and it is idle: a grant cycle, then a word per cycle. Its chunks
+                    # complete evenly over the row.
+                    span = max(cost, 1)
+                    for k in range(commands):
+                        ready = done - span + _ceil_div((k + 1) * span, commands)
+                        words = last_segment // L \
+                            if (k + 1) % (commands // (obs * rows_out)) == 0 else chunk
+                        last_write = max(last_write, ready) + words + 1
+                py += 1
+            post_state[:] = py, post, last_write
+
+        # The array, output row by output row (cycle its last result is out), and the post
+        # chain behind it: the writes of earlier rows share the bus with later rows' reads.
         end = 0
         results = []
         for oy in range(s.conv_h):
@@ -325,60 +375,28 @@ class CycleModel:
             reader_moved.append(end)
             fetch_rows(y_end - 1)
             start = max(end, row_in[y_end - 1] + f0 + 1)
-            # rows that fit behind this one are fetched meanwhile
-            fetch_rows(min(instr.in_h - 1, max(oy * instr.sh - instr.pad_top, 0) + capacity))
+            # rows that fit behind this one are commanded meanwhile
+            fetch_rows(min(instr.in_h - 1, max(oy * instr.sh - instr.pad_top, 0) + capacity),
+                       move=False)
             end = start + row
             if s.streaming:
-                end = max(end, dram.read(start - row if oy else 0, w_row_bytes, obs * s.ib) + p)
+                weights = dram.read(start - row if oy else 0, w_row_bytes, obs * s.ib)
+                end = max(end, dram.finish(weights) + p)
             ready = end + self.result_latency
             if sc_row_bytes:
                 shortcut_rows(oy + sc_ahead, end)
-                ready = max(ready, sc_arrival[oy] + 1)
+                arrived = dram.finish(sc_arrival[oy]) if sc_dram else sc_arrival[oy]
+                ready = max(ready, arrived + 1)
             results.append(max(ready, scale_ready))
-
-        # Pass 2: the post-processing chain, pooled row by pooled row, and the writer.
-        chunk = min(instr.out_w, max(1, self.write_words // 2))
-        rows_out = instr.out_h // pooled_h               # 2 with upsampling
-        out_bytes = out_row_bytes * rows_out
-        commands = obs * _ceil_div(instr.out_w, chunk) * rows_out
-        last_segment = (instr.out_w - chunk * (_ceil_div(instr.out_w, chunk) - 1)) * L
-        post, last_write = 0, 0
-        latency = _post_latency(instr)
-        for py in range(pooled_h):
-            need, cost = self._post_row(instr, s, obs, py, pooled_h, pooled_w)
-            if instr.pool in (Pool.AVG, Pool.GLOBAL_AVG):
-                post = max(post, results[need]) + cost
-            else:
-                post = max(post + cost, results[need])
-            done = post + latency
-            if out_dram:
-                # segments complete one output block at a time over the row; the last one is
-                # commanded once its last word is in the write buffer
-                span = max(cost, row if instr.pool == Pool.NONE else cost)
-                first = done - span + span // max(obs * rows_out, 1)
-                dram.write(first, out_bytes - last_segment, commands - 1)
-                dram.write(done, last_segment)
-            else:
-                # The local writer takes a chunk once all its words are in the write buffer
-                # and it is idle: a grant cycle, then a word per cycle. Its chunks complete
-                # evenly over the row.
-                span = max(cost, 1)
-                for k in range(commands):
-                    ready = done - span + _ceil_div((k + 1) * span, commands)
-                    words = last_segment // L if (k + 1) % (commands // (obs * rows_out)) == 0 \
-                        else chunk
-                    last_write = max(last_write, ready) + words + 1
+            post_rows(oy)
+        last_write = post_state[2]
         if out_dram:
             # compute_done follows the last write response by one cycle.
-            cycles = dram.last_response + 2
+            cycles = dram.drain() + 2
         else:
             cycles = last_write + 1
         # The datapath must drain too: rows no pooling window uses are still computed.
         cycles = max(cycles, results[-1] + 1)
-        # Both directions share the bus: no faster than all bytes at the sustained rate.
-        if dram.busy:
-            cycles = max(cycles, ceil(1 + self.issue + self.latency + dram.busy
-                                      + (self.latency + 1 if out_dram else 0)))
         read = (instr.in_h * row_bytes if in_dram else 0) + w_row_bytes * s.conv_h
         if is_add and sc_dram:
             read += sc_row_bytes * s.conv_h
@@ -449,74 +467,209 @@ class CycleModel:
 
 
 class _Dram:
-    """The DMA engine's two directions (:mod:`sfnpu.hw.dma`) in front of the DRAM model.
+    """The DMA engine's two directions (:mod:`sfnpu.hw.dma`) and the DRAM model's one data bus
+    (:mod:`sfnpu.hw.axi_mem`), simulated burst by burst in time order.
 
     Each direction accepts a command once the previous one has issued its last burst; a
     command accepted in cycle *c* issues its bursts' addresses from *c* + ``ISSUE_LATENCY``,
     one per cycle, at most ``outstanding`` in flight: burst *j* + *O* is issued
     ``REISSUE_LATENCY`` cycles after burst *j* completes (its last read beat; its write
-    response). Read data starts ``latency`` cycles after the address; a write's W beats follow
-    its address by one cycle and its response comes at ``max(aw + latency, last W + 1)``. Beats
-    of one direction move at the sustained rate; ``busy`` totals both directions' bus time
-    (they share the bandwidth)."""
+    response). A read burst's beats are due ``latency`` cycles after its address, a write
+    burst's from the cycle after its address; its response comes at ``max(aw + latency,
+    last W + 1)``.
+
+    Both directions' beats share one bandwidth credit: a beat moves at most every
+    ``B / bytes_per_cycle`` cycles, whichever direction it belongs to. When beats of both are
+    due, the memory's arbitration decides: a read beat goes first, except when the last beat
+    was a read and a write beat was already waiting in the previous cycle; under a saturated
+    load of both the beats alternate. Beats of one direction move in bulk while the other has
+    none due; they are placed one at a time only while both compete.
+
+    Commands are submitted as the compute schedule meets them (:meth:`read`, :meth:`write`:
+    a handle) and the bus is simulated only as far as an answer needs (:meth:`finish`), so
+    the writes of earlier rows compete with the reads of later ones."""
 
     def __init__(self, model: "CycleModel"):
         self.m = model
-        self.accept = [0, 0]                        # next cycle a command may be accepted
-        self.issued = [-1, -1]                      # last address cycle
         # cycles per beat: an int when whole (the arithmetic below is then on ints, fast)
         self.beat = int(model.beat) if model.beat.denominator == 1 else model.beat
-        self.data = [0, 0]                          # next cycle a beat may move
-        self.flight = ([], [])                      # completion cycles, oldest first
+        self.lead = (model.latency, 1)              # address → first beat due, per direction
+        self.pending = (deque(), deque())           # bursts not issued: [n, request, handle]
+        self.inflight = (deque(), deque())          # issued: [due, beats left, aw, handle]
+        self.completed = ([], [])                   # completion cycles, the last O
+        self.accept = [0, 0]                        # cycle the current command was accepted
+        self.write_commands = deque()               # [request, accepted or None]
+        self.issued = [-1, -1]                      # last address cycle
+        self.free = 0                               # first cycle the credit allows a beat
+        self.prefer_write = True                    # the last beat was a read
+        self.done = {}                              # handle → cycle after its last beat
+        self.left = {}                              # handle → bursts not yet complete
+        self.handles = 0
         self.busy = Fraction(0)                     # bus cycles of both directions
         self.last_response = 0                      # the last write response
 
-    def _transfer(self, request: int, nbytes: int, commands: int, write: bool) -> int:
+    # -- submitting and answering -----------------------------------------------------------
+
+    def _submit(self, request: int, nbytes: int, commands: int, write: bool) -> int:
         m = self.m
+        handle = self.handles
+        self.handles += 1
         if nbytes <= 0:
-            return ceil(request)
+            self.done[handle] = ceil(request)
+            return handle
         beats = _ceil_div(nbytes, m.B)
         commands = max(1, min(commands, beats))
         per, extra = divmod(beats, commands)
-        flight = self.flight[write]
-        O, L, beat, issue, reissue = m.outstanding, m.latency, self.beat, m.issue, m.reissue
+        pending = self.pending[write]
         max_burst = m.config.dram_max_burst
-        lead = 1 if write else L                    # address → first beat
-        data, issued = self.data[write], self.issued[write]
-        accept = max(ceil(request), self.accept[write])
-        last = 0
+        bursts = 0
         for k in range(commands):
             n_cmd = per + (k < extra)
+            first = True
+            command = [ceil(request), None]
+            if write:
+                self.write_commands.append(command)
             while n_cmd:
                 n = min(n_cmd, max_burst)
                 n_cmd -= n
-                aw = max(accept + issue, issued + 1)
-                if len(flight) >= O and flight[-O] + reissue > aw:
-                    aw = flight[-O] + reissue
-                issued = aw
-                first = max(aw + lead, data)
-                last = first + (n - 1) * beat
-                data = last + beat
-                done = max(aw + L, ceil(last) + 1) if write else ceil(last)
-                flight.append(done)
-                if len(flight) > O:
-                    del flight[0]
-            accept = issued
+                # a command's first burst carries it; the others follow its address
+                pending.append([n, command if first else None, handle])
+                first = False
+                bursts += 1
+        self.left[handle] = bursts
         self.busy += beats * m.beat
-        self.data[write], self.issued[write], self.accept[write] = data, issued, accept
-        if write:
-            self.last_response = max(self.last_response, flight[-1])
-        return ceil(last) + 1
+        return handle
 
     def read(self, request: int, nbytes: int, commands: int = 1) -> int:
-        """Cycle after the last beat of ``commands`` equal reads, the first accepted at
-        ``request`` (the data is in its FIFO from then on)."""
-        return self._transfer(request, nbytes, commands, False)
+        """Submit ``commands`` equal reads, the first accepted no earlier than ``request``;
+        :meth:`finish` of the handle is the cycle after the last beat (the data is in its
+        FIFO from then on)."""
+        return self._submit(request, nbytes, commands, False)
 
     def write(self, request: int, nbytes: int, commands: int = 1) -> int:
-        """Cycle after the last W beat of ``commands`` equal writes, the first accepted at
-        ``request``; :attr:`last_response` is the cycle of the last write response."""
-        return self._transfer(request, nbytes, commands, True)
+        """Submit ``commands`` equal writes (their data is in the write buffer from
+        ``request``); :attr:`last_response` is the last write response once :meth:`drain`
+        has run."""
+        return self._submit(request, nbytes, commands, True)
+
+    def finish(self, handle: int) -> int:
+        """The cycle after the last beat of a submitted transfer."""
+        while handle not in self.done:
+            if not self._step():
+                raise RuntimeError("DMA transfer that never completes")
+        return self.done[handle]
+
+    def drain(self) -> int:
+        """Run every submitted transfer to its end; the last write response."""
+        while self._step():
+            pass
+        return self.last_response
+
+    # -- the simulation ---------------------------------------------------------------------
+
+    def _issue(self, write: bool):
+        """Issue the addresses of the direction's pending bursts the outstanding limit allows."""
+        pending, inflight = self.pending[write], self.inflight[write]
+        m = self.m
+        O = m.outstanding
+        if not pending or len(inflight) >= O:
+            return
+        completed = self.completed[write]
+        while pending and len(inflight) < O:
+            n, command, handle = pending[0]
+            issued = self.issued[write]
+            if command is not None:                 # a new command: accepted after the last
+                accept = max(command[0], issued, 0)     # one's last address
+                if write:
+                    command[1] = accept
+                else:
+                    accept = self._past_writes(accept)
+                    if accept is None:
+                        return
+                self.accept[write] = accept
+            pending.popleft()
+            aw = max(self.accept[write] + m.issue, issued + 1)
+            back = O - len(inflight)                # burst j − O has completed
+            if len(completed) >= back and completed[-back] + m.reissue > aw:
+                aw = completed[-back] + m.reissue
+            self.issued[write] = aw
+            inflight.append([aw + self.lead[write], n, aw, handle])
+
+    def _past_writes(self, accept: int):
+        """The first cycle from ``accept`` on at which the command arbiter presents a read:
+        a write command takes priority from its request to the cycle it is accepted. None
+        while a write command requested by then is not yet accepted (not yet known)."""
+        commands = self.write_commands
+        while commands and commands[0][1] is not None and commands[0][1] < accept:
+            commands.popleft()
+        moved = True
+        while moved:
+            moved = False
+            for request, accepted in commands:
+                if request > accept:
+                    continue
+                if accepted is None:
+                    return None
+                if accepted >= accept:
+                    accept, moved = accepted + 1, True
+        return accept
+
+    def _complete(self, write: bool, last):
+        """The head burst of a direction has moved its last beat in cycle ``last``."""
+        due, n, aw, handle = self.inflight[write].popleft()
+        done = max(aw + self.m.latency, ceil(last) + 1) if write else ceil(last)
+        completed = self.completed[write]
+        completed.append(done)
+        if len(completed) > self.m.outstanding:
+            del completed[0]
+        if write:
+            self.last_response = max(self.last_response, done)
+        self.left[handle] -= 1
+        if not self.left[handle]:
+            self.done[handle] = ceil(last) + 1
+
+    def _step(self) -> bool:
+        """Move the next beats on the bus; False when nothing is left to move."""
+        self._issue(True)
+        self._issue(False)
+        rd, wr = self.inflight
+        if not rd and not wr:
+            return False
+        beat, free = self.beat, self.free
+        r_due = max(rd[0][0], free) if rd else None
+        w_due = max(wr[0][0], free) if wr else None
+        if r_due is not None and w_due is not None and r_due == w_due:
+            # Both due in the same cycle: the write goes if the last beat was a read and the
+            # write beat was already waiting in the previous cycle; then they alternate until
+            # one of the two bursts is done.
+            t = r_due
+            write = bool(self.prefer_write and wr[0][0] <= t - 1)
+            first, second = (wr, rd) if write else (rd, wr)
+            n = min(first[0][1], second[0][1])
+            last = t + 2 * (n - 1) * beat
+            self.free = last + 2 * beat
+            self.prefer_write = write
+            first[0][1] -= n
+            second[0][1] -= n
+            if not first[0][1]:
+                self._complete(write, last)
+            if not second[0][1]:
+                self._complete(not write, last + beat)
+            return True
+        write = r_due is None or (w_due is not None and w_due < r_due)
+        t, other = (w_due, r_due) if write else (r_due, w_due)
+        n = self.inflight[write][0][1]
+        if other is not None:
+            # alone until the other direction's next beat is due
+            n = min(n, ceil((other - t) / beat))
+        head = self.inflight[write][0]
+        last = t + (n - 1) * beat
+        self.free = last + beat
+        head[1] -= n
+        self.prefer_write = not write
+        if not head[1]:
+            self._complete(write, last)
+        return True
 
 
 def _post_latency(instr: Instruction) -> int:
