@@ -37,7 +37,7 @@ from sfnpu.isa import ConvKind, Instruction, MemSpace, Reuse
 from .blocks import Blocks, detect_blocks
 from .memory import (WEIGHT_BUFFER, AllocationError, Budget, Policy, Requirements, Traffic,
                      Violation, accesses, allocate, dense_requirements, instruction_needs,
-                     long_path_tensors, place, requirements, traffic)
+                     long_path_tensors, place, requirements, store_overflows, traffic)
 
 __all__ = [
     "LatencyFn", "model_latency", "conv_macs", "Evaluation", "SearchResult",
@@ -167,6 +167,10 @@ def evaluate(compiled, blocks: Blocks, policy: Policy, budget: Budget,
     except AllocationError as e:
         return Evaluation(policy, None, None, None, (), str(e))
     instructions = place(program, compiled.groups, alloc)
+    # The stores the budget does not size (the weight store's frame blocks, rows, tables):
+    # a candidate the controller would stop is not one (nor one the cycle model can time).
+    if stores := store_overflows(instructions, compiled.groups, config, buffers=False):
+        return Evaluation(policy, None, None, None, (), "; ".join(stores))
     req = requirements(instructions, config, alloc.extents)
     dram = traffic(instructions, config, compiled.groups, compiled.graph)
     cycles = sum(latency(i) for i in instructions)

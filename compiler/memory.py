@@ -38,6 +38,7 @@ from typing import Mapping, Sequence
 
 from sfnpu import isa, layout
 from sfnpu.config import DEVICES, HwConfig, ROW_BUFFER_ROWS
+from sfnpu.hw.limits import overflows
 from sfnpu.isa import ConvKind, Eltwise, Instruction, Location, MemSpace, Reuse
 
 from .blocks import Blocks, GroupGraph, detect_blocks, operands
@@ -48,6 +49,7 @@ from .ir import Graph
 __all__ = [
     "AllocationError", "Policy", "Allocation", "classify", "long_path_tensors", "allocate",
     "staging", "needs_staging", "row_weights", "place", "apply_policy", "check_program",
+    "store_overflows",
     "CheckReport", "Requirements", "requirements", "dense_requirements", "instruction_needs",
     "Budget", "Violation", "GroupTraffic", "Traffic", "traffic", "accesses", "bram18k_eq7",
     "WEIGHT_BUFFER", "PSUM_BYTES",
@@ -428,6 +430,22 @@ def place(program: Program, groups: Sequence[Group], alloc: Allocation) -> list[
     return out
 
 
+@lru_cache(maxsize=1 << 16)
+def _overflows(instr: Instruction, config: HwConfig, buffers: bool) -> tuple[str, ...]:
+    return tuple(overflows(instr, config, buffers=buffers))
+
+
+def store_overflows(instructions: Sequence[Instruction], groups: Sequence[Group],
+                    config: HwConfig, *, buffers: bool = True) -> list[str]:
+    """Every placed instruction the controller would stop with ``BUFFER_OVERFLOW`` (e.g.
+    frame reuse of a layer one of whose output blocks' weights exceed the weight store), by
+    group; memoised, as the candidates of a search share most of their instructions.
+    ``buffers=False``: without the buffers {0, 1, 2}, which a budget checks itself."""
+    return [f"group {n} ({grp.name}): {problem}"
+            for n, (grp, instr) in enumerate(zip(groups, instructions))
+            for problem in _overflows(instr, config, buffers)]
+
+
 def apply_policy(compiled, policy: Policy, blocks: Blocks | None = None) -> Program:
     """A copy of ``compiled.program`` running ``policy``: reuse modes and locations rewritten,
     nothing re-packed (DRAM scratch of tensors now on chip stays allocated, unused).
@@ -444,6 +462,7 @@ def apply_policy(compiled, policy: Policy, blocks: Blocks | None = None) -> Prog
     instructions = place(program, compiled.groups, alloc)
     req = requirements(instructions, program.config, alloc.extents)
     over = dataclasses.replace(Budget.of(program.config), bram18k=None).violations(req)
+    over += store_overflows(instructions, compiled.groups, program.config)
     if over:
         raise AllocationError(f"policy {policy.label or policy.modes} does not fit "
                               f"{program.config.name!r}: " + "; ".join(map(str, over)))

@@ -14,6 +14,7 @@ from sfnpu import isa
 from sfnpu.compiler import builders
 from sfnpu.compiler.blocks import BlockKind, detect_blocks
 from sfnpu.compiler.codegen import CodegenError
+from sfnpu.compiler.cutpoints import evaluate
 from sfnpu.compiler.memory import (AllocationError, Budget, Policy, allocate, apply_policy,
                                    check_program, dense_requirements, place, requirements,
                                    staging, traffic)
@@ -193,6 +194,25 @@ def test_budget_names_what_does_not_fit(small, small_path):
     with pytest.raises(AllocationError, match=r"write_buff needs 128 B .*> 64 B"):
         apply_policy(compile_model(small_path, narrow), Policy.uniform(blocks, Reuse.FRAME),
                      blocks)
+
+
+def test_frame_weights_beyond_the_store_are_infeasible(tmp_path):
+    """Frame reuse needs one output block's weights in the weight store (912 input channels of
+    3×3: 114 blocks × 9 = 1026 words, tiny holds 1024); row reuse streams them. The policy
+    is infeasible for the search and refused by apply_policy, as the controller would stop it
+    with BUFFER_OVERFLOW."""
+    n = Net((912, 4, 4), name="deep_input")
+    path = tmp_path / "deep.qdq.onnx"
+    quantize_model(n.model([n.conv("x", 912, 8, 3)]), path, CalibrationSource.arrays(n.samples(4)))
+    compiled = compile_model(path, TINY)                 # row reuse: weights streamed per row
+    blocks = detect_blocks(compiled.graph, compiled.groups)
+    frame = Policy.uniform(blocks, Reuse.FRAME)
+    message = "one output block's weights take 1026 words"
+    with pytest.raises(AllocationError, match=message):
+        apply_policy(compiled, frame, blocks)
+    verdict = evaluate(compiled, blocks, frame, Budget.of(TINY))
+    assert not verdict.feasible and message in verdict.error
+    assert evaluate(compiled, blocks, Policy.uniform(blocks, Reuse.ROW), Budget.of(TINY)).error is None
 
 
 # --------------------------------------------------------------------------------------------
