@@ -110,8 +110,8 @@ def _rtl_bench(workdir: Path) -> list[str]:
             f"- Verilator build of the whole accelerator (SimSystem), from scratch: "
             f"{built:.0f} s (elaboration to Verilog included)",
             f"- {description}: {cycles} cycles simulated in {ran:.1f} s = "
-            f"{cycles / ran / 1e3:.0f} k cycles/s (target ≥ 200 k cycles/s; image load and "
-            "DRAM dump through the backdoor included)",
+            f"{cycles / ran / 1e3:.0f} k cycles/s (target ≥ 200 k cycles/s; the image's "
+            "$readmemh load and the DRAM dump through the backdoor included)",
             f"- cycle model vs RTL on that run: {comparison.summary()}", ""]
 
 
