@@ -3,7 +3,9 @@
 Every tensor a group writes gets a DRAM home (graph outputs in OUTPUT sections, the rest in
 SCRATCH); on-chip placement and frame reuse come from the memory optimizer when it runs. The
 parameter section holds, per group, the packed weights and the parameter block of
-:func:`sfnpu.layout.param_sections`.
+:func:`sfnpu.layout.param_sections`; identical blobs are stored once, so groups sharing a
+weight tensor read the same bytes, and a group whose weights the weight store still holds
+from the group before gets ``weights_held`` (:func:`sfnpu.hw.limits.with_held_weights`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 
 from sfnpu import image, isa, layout, numeric
 from sfnpu.config import HwConfig
-from sfnpu.hw.limits import overflows
+from sfnpu.hw.limits import overflows, with_held_weights
 from sfnpu.isa import Activation, ActOrder, ConvKind, Eltwise, Instruction, Pool, Reuse
 
 from .groups import Group
@@ -79,11 +81,15 @@ class _Builder:
     def __init__(self, graph: Graph, config: HwConfig):
         self.graph, self.config = graph, config
         self.params = bytearray()
+        self.blobs: dict[bytes, int] = {}
 
     def add_params(self, blob: bytes) -> int:
-        offset = len(self.params)
-        self.params += blob + bytes(-len(blob) % layout.PARAM_ALIGN)
-        return offset
+        """The blob's offset in the parameter section; identical blobs (weights shared by
+        several groups) are stored once."""
+        if blob not in self.blobs:
+            self.blobs[blob] = len(self.params)
+            self.params += blob + bytes(-len(blob) % layout.PARAM_ALIGN)
+        return self.blobs[blob]
 
     def fail(self, group: Group, reason: str):
         raise CodegenError(f"group {group.index} ({group.name}): {reason}")
@@ -235,6 +241,7 @@ def generate(graph: Graph, groups: list[Group], config: HwConfig) -> Program:
         if "weights" in offsets:
             changes["weights"] = isa.dram(params_base + offsets["weights"])
         program.append(instr.replace(**changes))
+    program = with_held_weights(program, config)
     for gr, instr in zip(groups, program):
         try:
             isa.validate(instr)

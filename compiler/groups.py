@@ -14,11 +14,12 @@ its own.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 from .ir import Graph, IRError, Node
 
-__all__ = ["Group", "fuse", "STAGE_ORDER"]
+__all__ = ["Group", "fuse", "shared_weights_back_to_back", "STAGE_ORDER"]
 
 #: Stage ranks in hardware order; a node may join a group only after its last stage.
 STAGE_ORDER = {"in_transform": -1, "conv": 0, "table": 1, "eltwise": 2, "table_after": 3,
@@ -117,7 +118,7 @@ def fuse(graph: Graph) -> list[Group]:
 
     groups = [Group(i, tuple(g.nodes), g.input, g.output, g.shortcut)
               for i, g in enumerate(closed)]
-    return _redirect_concats(graph, groups, concats)
+    return shared_weights_back_to_back(_redirect_concats(graph, groups, concats))
 
 
 def _redirect_concats(graph: Graph, groups: list[Group], concats: list[Node]) -> list[Group]:
@@ -156,3 +157,47 @@ def _redirect_concats(graph: Graph, groups: list[Group], concats: list[Node]) ->
         ordered += copies.get(g.index, [])
     return [Group(i, g.nodes, g.input, g.output, g.shortcut, g.dest, g.channel_offset)
             for i, g in enumerate(ordered)]
+
+
+def _weight_key(group: Group) -> tuple | None:
+    """Identity of the group's convolution weights (kind, shape and values), or None."""
+    conv = group.node("conv")
+    if conv is None:
+        return None
+    w = conv.consts["weight"]
+    return conv.attrs["depthwise"], w.shape, hashlib.sha1(w.tobytes()).digest()
+
+
+def shared_weights_back_to_back(groups: list[Group]) -> list[Group]:
+    """Re-order the groups so that groups applying the same weights run one after another —
+    a detection head shared by the pyramid levels runs layer by layer over all levels — so the
+    weight store keeps the weights and DRAM delivers them once (``weights_held``).
+
+    The order is kept until the earliest remaining group has weights that other groups share;
+    then every group those groups need runs first (in the original order), followed by the
+    sharing groups back to back (one that needs another's result waits for a later batch)."""
+    keys = [_weight_key(g) for g in groups]
+    shared = {k for k in keys if k is not None and keys.count(k) > 1}
+    if not shared:
+        return groups
+    writers: dict[str, list[int]] = {}
+    for g in groups:
+        writers.setdefault(g.written, []).append(g.index)
+    deps = [{w for t in (g.input, g.shortcut) if t is not None for w in writers.get(t, ())
+             if w != g.index} for g in groups]
+    ancestors: list[set[int]] = []
+    for g in groups:                 # groups are in topological order
+        ancestors.append(set().union(*({d} | ancestors[d] for d in deps[g.index])))
+    remaining, order = list(range(len(groups))), []
+    while remaining:
+        first = remaining[0]
+        batch = [first]
+        if keys[first] in shared:
+            batch = [j for j in remaining if keys[j] == keys[first]]
+            batch = [j for j in batch if not ancestors[j] & set(batch)]
+        needed = set().union(*(ancestors[j] for j in batch)) - set(order)
+        for j in sorted(needed) + batch:
+            remaining.remove(j)
+            order.append(j)
+    return [Group(i, groups[j].nodes, groups[j].input, groups[j].output, groups[j].shortcut,
+                  groups[j].dest, groups[j].channel_offset) for i, j in enumerate(order)]

@@ -38,7 +38,8 @@ from typing import Mapping, Sequence
 
 from sfnpu import isa, layout
 from sfnpu.config import DEVICES, HwConfig, ROW_BUFFER_ROWS
-from sfnpu.hw.limits import overflows
+from sfnpu.hw.limits import (HeldWeights, loads_whole_weights, overflows, weight_store_after,
+                             with_held_weights)
 from sfnpu.isa import ConvKind, Eltwise, Instruction, Location, MemSpace, Reuse
 
 from .blocks import Blocks, GroupGraph, detect_blocks, operands
@@ -427,7 +428,7 @@ def place(program: Program, groups: Sequence[Group], alloc: Allocation) -> list[
         if grp.shortcut is not None:
             changes["shortcut"] = alloc.locations[grp.shortcut]
         out.append(instr.replace(**changes))
-    return out
+    return with_held_weights(out, program.config)
 
 
 @lru_cache(maxsize=1 << 16)
@@ -514,7 +515,9 @@ def check_program(graph: Graph, groups: Sequence[Group], instructions: Sequence[
 
     Walks the groups in order and checks: every read finds the tensor at the location its
     writer used; a group's input and shortcut are in different buffers (one read port each);
-    row-mode groups keep every feature map in DRAM (channel vectors may stay on chip); no
+    a group with ``weights_held`` finds its weights in the weight store (the last load was of
+    the same weights, whole); row-mode groups keep every feature map in DRAM (channel vectors
+    may stay on chip); no
     write, row-mode weight load or input staging
     overlaps a tensor that is still to be read (liveness runs to its last reader, so a group's
     output may not overlap its own operands); on-chip ranges stay inside ``capacity``; network
@@ -544,7 +547,14 @@ def check_program(graph: Graph, groups: Sequence[Group], instructions: Sequence[
                 fail(i, f"{what} [{lo:#x}, {hi:#x}) in buffer {buf} overwrites {v.tensor!r} "
                         f"[{v.lo:#x}, {v.hi:#x}), which group {v.until} still reads")
 
+    held = None
     for i, (grp, instr) in enumerate(zip(groups, instructions)):
+        if instr.weights_held and not (held == HeldWeights.of(instr)
+                                       and loads_whole_weights(instr, config)):
+            fail(i, f"weights_held is set, but the weight store holds "
+                    f"{'nothing whole' if held is None else held} instead of this group's "
+                    f"weights (DRAM {instr.weights.offset:#x})")
+        held = weight_store_after(held, instr, config)
         reads = [(grp.input, instr.input, "input")]
         if grp.shortcut is not None:
             reads.append((grp.shortcut, instr.shortcut, "shortcut"))

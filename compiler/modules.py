@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from sfnpu import isa, layout
 from sfnpu.config import HwConfig
 from sfnpu.isa import Instruction, Location, MemSpace, Reuse
+from sfnpu.hw.limits import with_held_weights
 
 from .blocks import GroupGraph, operands
 from .codegen import Program, generate
@@ -511,7 +512,7 @@ def place(program: Program, groups: Sequence[Group], locations: Mapping[str, Loc
         if any(loc.space != MemSpace.DRAM for loc in changes.values()):
             changes["reuse"] = Reuse.FRAME
         out.append(instr.replace(**changes))
-    return out
+    return with_held_weights(out, program.config)
 
 
 # --------------------------------------------------------------------------------------------

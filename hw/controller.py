@@ -57,7 +57,10 @@ the store, and each chunk runs over the whole frame (input re-read per chunk, fr
 on-chip buffer where the memory optimizer put it). The paper's finer schedule (one weight
 block at a time, double-buffered, with frame-wide partial sums) is not built: chunks of whole
 output blocks need no frame-sized partial-sum buffer. Weights or parameters in an on-chip
-buffer stop the run with ``UNSUPPORTED``.
+buffer stop the run with ``UNSUPPORTED``. Shared weights: a group with ``weights_held`` set
+skips the weight load, because the store still holds its weights — the last weight load was
+of the whole weights at the same DRAM offset (a detection head run over pyramid levels reads
+its weights once); anything else stops the run with ``WEIGHTS_NOT_HELD``.
 Decode errors: opcode ≠ GROUP → ``ILLEGAL_OPCODE``; reserved bits, undefined
 enum values, zero sizes, kernel/stride/pool window out of range, depthwise or conv NONE with
 ``in_c ≠ out_c``, an output shape that pooling and upsampling cannot give →
@@ -256,6 +259,10 @@ class GroupController(wiring.Component):
         out_block0 = Signal(16)
         identity = Signal()             # conv NONE
         streaming = Signal()            # weights streamed from DRAM for every output row
+        # What the weight store holds: the whole weights at this DRAM offset (weights_held).
+        held_valid = Signal()
+        held_offset = Signal(len(instr.weights.offset))
+        held_depthwise = Signal()
         ob_base = Signal(16)            # output-channel blocks of the current weight chunk
         ob_count = Signal(16)
         chunk_obs = Signal(16)          # blocks whose weights fit the store together
@@ -1094,7 +1101,8 @@ class GroupController(wiring.Component):
                      | (instr.sh > 2) | (instr.sw > 2)
                      | (instr.in_h == 0) | (instr.in_w == 0) | (instr.in_c == 0)
                      | (instr.out_c == 0)
-                     | ((instr.conv != ConvKind.NORMAL) & (instr.in_c != instr.out_c)))
+                     | ((instr.conv != ConvKind.NORMAL) & (instr.in_c != instr.out_c))
+                     | ((instr.conv == ConvKind.NONE) & instr.weights_held))
         unsupported = ((instr.weights.space != MemSpace.DRAM)
                        | (instr.params.space != MemSpace.DRAM)
                        | (instr.out_c_offset[:_log2(L)] != 0))
@@ -1146,7 +1154,7 @@ class GroupController(wiring.Component):
             with m.State("IDLE"):
                 with m.If(ctl.start):
                     m.d.sync += [base.eq(ctl.image_base), pc.eq(0), found.eq(0),
-                                 header_ok.eq(1), error_addr.eq(0)]
+                                 header_ok.eq(1), error_addr.eq(0), held_valid.eq(0)]
                     with m.If(ctl.image_base[:_log2(image.SECTION_ALIGN)] != 0):
                         fail(ErrorCode.IMAGE_MISMATCH)
                     with m.Else():
@@ -1273,6 +1281,10 @@ class GroupController(wiring.Component):
                               | (in_local & (in_end > size)) | (out_local & (out_end > size))
                               | (sc_local & (instr.eltwise != Eltwise.NONE) & (sc_end > size))):
                         fail(ErrorCode.BUFFER_OVERFLOW)
+                    with m.Elif(instr.weights_held & ~(held_valid & ~too_big
+                                                       & (held_offset == instr.weights.offset)
+                                                       & (held_depthwise == depthwise))):
+                        fail(ErrorCode.WEIGHTS_NOT_HELD)
                     with m.Elif(too_big & frame):
                         m.next = "CHUNK"
                     with m.Else():
@@ -1306,7 +1318,7 @@ class GroupController(wiring.Component):
             with m.State("PARAM_DATA"):
                 m.d.comb += loading_params.eq(1)
                 with m.If(beat_fire & rd.payload.last):
-                    with m.If(identity | streaming):
+                    with m.If(identity | streaming | instr.weights_held):
                         m.next = "COMPUTE_START"
                     with m.Else():
                         m.next = "WEIGHT_CMD"
@@ -1325,6 +1337,10 @@ class GroupController(wiring.Component):
             with m.State("WEIGHT_DATA"):
                 m.d.comb += loading_weights.eq(1)
                 with m.If(beat_fire & rd.payload.last):
+                    # Whole weights stay valid for a later group with weights_held set.
+                    m.d.sync += [held_valid.eq((ob_base == 0) & (ob_count == out_blocks)),
+                                 held_offset.eq(instr.weights.offset),
+                                 held_depthwise.eq(depthwise)]
                     m.next = "COMPUTE_START"
                 guard()
             with m.State("COMPUTE_START"):

@@ -12,6 +12,8 @@ of emitting a program that the hardware rejects.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Sequence
 
 from sfnpu import layout
 from sfnpu.config import ROW_BUFFER_ROWS, HwConfig
@@ -19,7 +21,8 @@ from sfnpu.isa import ConvKind, Eltwise, InputTransform, Instruction, MemSpace, 
 
 from .conv_array import depthwise_taps
 
-__all__ = ["StoreSizes", "GroupShape", "group_shape", "overflows"]
+__all__ = ["StoreSizes", "GroupShape", "group_shape", "overflows", "loads_whole_weights",
+           "HeldWeights", "weight_store_after", "with_held_weights"]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -42,6 +45,7 @@ class StoreSizes:
     pool_row_pixels: int    # pixels × channel blocks of the pooling and upsampling line stores
 
     @classmethod
+    @lru_cache(maxsize=64)
     def of(cls, config: HwConfig) -> "StoreSizes":
         L = config.lanes
         return cls(lanes=L, weight_words=config.buffer_bytes[1] // (config.ti * config.to),
@@ -98,6 +102,64 @@ def group_shape(instr: Instruction, sizes: StoreSizes) -> GroupShape:
         pooled_w=instr.out_w >> 1 if instr.upsample else instr.out_w,
         taps=taps, steps=steps, sets=out_blocks * ib, row_words=row_words,
         places=sizes.row_words // row_words if row_words else 0)
+
+
+def loads_whole_weights(instr: Instruction, config: HwConfig) -> bool:
+    """Whether the controller loads the group's weights into the store whole — neither
+    streamed per output row (row reuse) nor in output-channel chunks (frame reuse) — so that
+    a following group with the same weights can set ``weights_held``."""
+    if instr.conv == ConvKind.NONE:
+        return False
+    z = StoreSizes.of(config)
+    return group_shape(instr, z).weight_steps <= z.weight_words
+
+
+@dataclass(frozen=True)
+class HeldWeights:
+    """Whole weights the weight store holds between groups: the controller keeps their DRAM
+    offset and kind (``held_*``); the compiler also keeps the shape, so that it only relies on
+    them for a group whose weights are the same tensor in the same layout."""
+    offset: int
+    conv: ConvKind
+    kh: int
+    kw: int
+    in_c: int
+    out_c: int
+
+    @classmethod
+    def of(cls, instr: Instruction) -> "HeldWeights":
+        return cls(instr.weights.offset, instr.conv, instr.kh, instr.kw, instr.in_c, instr.out_c)
+
+
+def weight_store_after(held: HeldWeights | None, instr: Instruction,
+                       config: HwConfig) -> HeldWeights | None:
+    """What the weight store holds after ``instr`` ran, given what it held before: the group's
+    weights when it loads them whole; unchanged when it loads none (conv NONE, weights_held)
+    or streams them per output row (row reuse past the store); nothing valid after frame-reuse
+    chunks, which leave only the last chunk's blocks."""
+    if instr.conv == ConvKind.NONE or instr.weights_held:
+        return held
+    if loads_whole_weights(instr, config):
+        return HeldWeights.of(instr)
+    if instr.reuse == Reuse.ROW and instr.conv == ConvKind.NORMAL:
+        return held
+    return None
+
+
+def with_held_weights(instructions: Sequence[Instruction],
+                      config: HwConfig) -> list[Instruction]:
+    """``instructions`` with ``weights_held`` set exactly where the weight store already holds
+    the group's weights — groups sharing a weight tensor back to back (a detection head over
+    pyramid levels) read it from DRAM once."""
+    out, held = [], None
+    for instr in instructions:
+        keep = (instr.conv != ConvKind.NONE and held == HeldWeights.of(instr)
+                and loads_whole_weights(instr, config))
+        if bool(instr.weights_held) != keep:
+            instr = instr.replace(weights_held=int(keep))
+        held = weight_store_after(held, instr, config)
+        out.append(instr)
+    return out
 
 
 def overflows(instr: Instruction, config: HwConfig, *, buffers: bool = True) -> list[str]:

@@ -131,7 +131,8 @@ class InstructionLayout(data.Struct):
     eltwise: Eltwise
     sc_signed: 1
     sc_zp: 8
-    reserved_w0: 3
+    weights_held: 1
+    reserved_w0: 2
     # word 1: convolution and pooling windows
     kh: 3
     kw: 3
@@ -192,6 +193,9 @@ FIELD_DOCS = {
     "eltwise": "element-wise stage fed by the `shortcut` stream",
     "sc_signed": "shortcut operand is int8 (1) or uint8 (0)",
     "sc_zp": "shortcut operand zero point",
+    "weights_held": "1: the weight store still holds this group's weights, loaded whole by the "
+                    "previous group that read weights (the same DRAM offset); they are not "
+                    "read again",
     "kh": "kernel height 1..7",
     "kw": "kernel width 1..7",
     "sh": "vertical stride 1..2",
@@ -499,6 +503,8 @@ def validate(instr: Instruction) -> None:
                      f"padding must be below the kernel side ({k})")
         _require(i.weights.space == MemSpace.DRAM, "weights", i.weights,
                  "weights are streamed from DRAM")
+    if i.conv == ConvKind.NONE:
+        _require_zero(i, ("weights_held",), "when conv is NONE (no weights)")
     if i.conv != ConvKind.NORMAL:
         _require(i.in_c == i.out_c, "out_c", i.out_c,
                  f"{i.conv.name} convolution keeps the channel count (in_c={i.in_c})")

@@ -261,7 +261,7 @@ def accesses(instr: Instruction, config: HwConfig) -> list[Access]:
         result.append(rng("shortcut", instr.shortcut, 0, tensor_bytes(instr.out_c, h, w, lanes)))
     elif instr.eltwise == Eltwise.CHANNEL_SCALE:
         result.append(rng("shortcut", instr.shortcut, 0, tensor_bytes(instr.out_c, 1, 1, lanes)))
-    if instr.conv != ConvKind.NONE:
+    if instr.conv != ConvKind.NONE and not instr.weights_held:
         result.append(rng("weights", instr.weights, 0, weight_bytes(instr, config)))
     size = param_bytes(instr, config)
     if size:

@@ -68,6 +68,7 @@ class ErrorCode(enum.Enum, shape=8):
     TIMEOUT = 7
     IMAGE_MISMATCH = 8
     UNSUPPORTED = 9
+    WEIGHTS_NOT_HELD = 10
 
 
 ERROR_DOCS = {
@@ -86,6 +87,11 @@ ERROR_DOCS = {
                               "that is not a multiple of SECTION_ALIGN",
     ErrorCode.UNSUPPORTED: "a valid instruction uses a feature this hardware build does not "
                            "implement (see the controller's documentation)",
+    ErrorCode.WEIGHTS_NOT_HELD: "weights_held is set, but the weight store does not hold the "
+                                "group's weights whole: the last weight load was of other "
+                                "weights (another offset or kind), partial (frame-reuse "
+                                "chunks), or there was none in this run; or they do not fit "
+                                "the store",
 }
 
 

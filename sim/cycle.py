@@ -9,7 +9,7 @@ fitted to measurements. The RTL is checked against it group by group (``tests/te
 DRAM bytes are exact: they are the bus beats of the DMA commands the controller issues — the
 image header and section table (first group), the instruction, the parameter block, the
 weights (once per output-channel chunk, or once per output row when a row-reuse layer's
-weights do not fit the weight store), the input (once per chunk), the shortcut operand, and
+weights do not fit the weight store, or not at all when ``weights_held``), the input (once per chunk), the shortcut operand, and
 the output (write strobes: exactly the output's bytes).
 
 Latency, per group (the controller's states in order)::
@@ -206,7 +206,7 @@ class CycleModel:
         table_bytes = 256 if instr.act == Activation.TABLE else 0
         control += self.read_transfer(n, table_bytes // B)
         read += n * B
-        loads_weights = not (s.identity or s.streaming)
+        loads_weights = not (s.identity or s.streaming or instr.weights_held)
         compute = 0
         bounds = []
         for obs in chunks:

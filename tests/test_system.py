@@ -182,6 +182,24 @@ def dense_block():
     return net, net.outputs
 
 
+def shared_head_net():
+    """RetinaNet's head pattern: two 3×3 convolutions whose weights are shared by two pyramid
+    levels (8×8 and 4×4), built level by level; the compiler runs each shared layer over both
+    levels back to back, and the second one finds the weights in the store (weights_held)."""
+    net = Net((16, 8, 8), seed=13, name="sharedhead")
+    p3 = net.op("Relu", [net.conv("x", 16, 16, 3)])
+    p4 = net.op("Relu", [net.conv(p3, 16, 16, 3, stride=2)])
+    layers = [(net.const(net.rng.standard_normal((16, 16, 3, 3)) * np.sqrt(2 / 144), "w"),
+               net.const(net.rng.standard_normal(16) * 0.1, "b")) for _ in range(2)]
+    outputs = []
+    for y in (p3, p4):
+        for w, b in layers:
+            y = net.op("Relu", [net.op("Conv", [y, w, b], kernel_shape=[3, 3], strides=[1, 1],
+                                       pads=[1, 1, 1, 1])])
+        outputs.append(y)
+    return net, outputs
+
+
 def pre_activations(model):
     """Outputs of the BNs that no convolution produces (so none can absorb them) and of the
     ReLUs behind them."""
@@ -196,8 +214,8 @@ def pre_activations(model):
 #: also run under the all-frame policy with their buffers renamed; tb/coverage.py measures
 #: exactly these programs (:func:`regression_programs`).
 REGRESSION = (conv_stack, table_net, concat_net, preact_net, wide_net, residual_net, se_net,
-              pool_up_net, avg_pool_net, coverage_net, dense_block)
-FRAME_REGRESSION = (residual_net, se_net, conv_stack, wide_net)
+              pool_up_net, avg_pool_net, coverage_net, dense_block, shared_head_net)
+FRAME_REGRESSION = (residual_net, se_net, conv_stack, wide_net, shared_head_net)
 
 
 def clamped(program):
@@ -270,6 +288,7 @@ def run_and_compare(harness, blob):
     (pool_up_net, {ConvKind.NORMAL}),
     (avg_pool_net, {ConvKind.NORMAL}),
     (coverage_net, {ConvKind.NORMAL}),
+    (shared_head_net, {ConvKind.NORMAL}),
 ])
 def test_image_matches_golden(harness, tmp_path, build, kinds):
     net, outputs = build()
@@ -347,6 +366,28 @@ def test_frame_reuse_reads_weights_once(tiny_harness, tmp_path):
     frame = run_and_compare(tiny_harness, frame_blob).counters["DRAM_READ_BYTES"]
     row = run_and_compare(tiny_harness, row_blob).counters["DRAM_READ_BYTES"]
     assert frame <= once < row
+
+
+@pytest.mark.parametrize("frame", [False, True], ids=["row", "frame"])
+def test_shared_weights_cross_the_bus_once(tiny_harness, tmp_path, frame):
+    """Groups sharing a weight tensor run back to back and the later ones set weights_held:
+    the run reads exactly those weights' bytes less than the same program with every flag
+    cleared, and both match the golden model bit for bit."""
+    config = tiny_harness.config
+    net, outputs = shared_head_net()
+    compiled, _ = compiled_image(tmp_path, net, outputs, config)
+    program = frame_program(compiled) if frame else compiled.program
+    held = [i for i in program.instructions if i.weights_held]
+    assert len(held) == 2
+    names = [g.name for g in compiled.groups]
+    assert all(i.weights == program.instructions[k - 1].weights
+               for k, i in enumerate(program.instructions) if i.weights_held), names
+    cleared = dataclasses.replace(program, instructions=[
+        i.replace(weights_held=0) for i in program.instructions])
+    feeds = compiled.quantise_inputs({"x": net.samples(1)})
+    once = run_and_compare(tiny_harness, program.pack(feeds)).counters["DRAM_READ_BYTES"]
+    again = run_and_compare(tiny_harness, cleared.pack(feeds)).counters["DRAM_READ_BYTES"]
+    assert again - once == sum(layout.weight_bytes(i, config) for i in held)
 
 
 def test_dense_block_pre_activation_costs_no_sweep(tiny_harness, tmp_path):
@@ -433,6 +474,8 @@ def tiny_harness():
     (2, {"pool": 1}, ErrorCode.ILLEGAL_FIELD),         # MAX with a zero window
     (2, {"pool": 2}, ErrorCode.ILLEGAL_FIELD),         # AVG with a zero window
     (2, {"out_c_offset": 4}, ErrorCode.UNSUPPORTED),   # concat offset inside a word
+    (0, {"weights_held": 1}, ErrorCode.WEIGHTS_NOT_HELD),  # nothing loaded yet in this run
+    (2, {"weights_held": 1}, ErrorCode.WEIGHTS_NOT_HELD),  # the store holds group 1's
 ])
 def test_decode_errors(tiny_harness, stack_blob, index, changes, code):
     blob = patch_instruction(stack_blob, tiny_harness.config, index, **changes)

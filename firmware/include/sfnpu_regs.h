@@ -94,6 +94,7 @@ typedef enum {
     SFNPU_ERROR_TIMEOUT          = 7, /* the bus slave made no handshake for WATCHDOG cycles */
     SFNPU_ERROR_IMAGE_MISMATCH   = 8, /* image magic, format version or hardware fingerprint differs from this hardware, no INSTRUCTIONS section, or an image base that is not a multiple of SECTION_ALIGN */
     SFNPU_ERROR_UNSUPPORTED      = 9, /* a valid instruction uses a feature this hardware build does not implement (see the controller's documentation) */
+    SFNPU_ERROR_WEIGHTS_NOT_HELD = 10, /* weights_held is set, but the weight store does not hold the group's weights whole: the last weight load was of other weights (another offset or kind), partial (frame-reuse chunks), or there was none in this run; or they do not fit the store */
 } sfnpu_error_t;
 
 /* Stall counters: the controller asserts one bit per cause in every cycle of a run in which the MAC array does no useful work for that reason (several may be set at once). */

@@ -16,6 +16,7 @@
     X(TIMEOUT, "the bus slave made no handshake for WATCHDOG cycles") \
     X(IMAGE_MISMATCH, "image magic, format version or hardware fingerprint differs from this hardware, no INSTRUCTIONS section, or an image base that is not a multiple of SECTION_ALIGN") \
     X(UNSUPPORTED, "a valid instruction uses a feature this hardware build does not implement (see the controller's documentation)") \
+    X(WEIGHTS_NOT_HELD, "weights_held is set, but the weight store does not hold the group's weights whole: the last weight load was of other weights (another offset or kind), partial (frame-reuse chunks), or there was none in this run; or they do not fit the store") \
 
 /* The 64-bit event counters (read LO, then HI): X(NAME) for SFNPU_REG_NAME_LO. */
 #define SFNPU_COUNTERS(X) \
