@@ -15,9 +15,13 @@ chip while unrelated work runs (a long path). Everything else keeps its DRAM hom
 generation.
 
 A frame-mode normal convolution with more than one output-channel block whose input is in DRAM
-*stages* the input on chip and reads DRAM once. The staging area is fixed by rule so that the
-instruction alone determines it (:func:`staging`): offset 0 of the lowest-numbered buffer that
-holds neither the group's output nor its shortcut.
+*stages* the input on chip and reads DRAM once: the controller, which takes the weights in
+chunks of whole output blocks, copies the input into the staging area during the first chunk
+and reads it there in the later ones (when there is one chunk it reads DRAM once anyway; the
+allocation reserves the area whenever the paper's one-block-at-a-time schedule would need it).
+The staging area is fixed by rule so that the instruction alone determines it
+(:func:`staging`, :func:`sfnpu.hw.limits.staging_buffer`): offset 0 of the lowest-numbered
+buffer that holds neither the group's output nor its shortcut.
 
 :func:`allocate` places on-chip tensors in buffers {0, 1, 2} greedily in group order (first fit
 in the buffer that grows least), honouring liveness, one read port per buffer (a group's input
@@ -38,8 +42,8 @@ from typing import Mapping, Sequence
 
 from sfnpu import isa, layout
 from sfnpu.config import DEVICES, HwConfig, ROW_BUFFER_ROWS
-from sfnpu.hw.limits import (HeldWeights, loads_whole_weights, overflows, weight_store_after,
-                             with_held_weights)
+from sfnpu.hw.limits import (HeldWeights, loads_whole_weights, overflows, staging_buffer,
+                             weight_store_after, with_held_weights)
 from sfnpu.isa import ConvKind, Eltwise, Instruction, Location, MemSpace, Reuse
 
 from .blocks import Blocks, GroupGraph, detect_blocks, operands
@@ -121,9 +125,11 @@ def _input_bytes(instr: Instruction, config: HwConfig) -> int:
 
 
 def needs_staging(instr: Instruction, config: HwConfig) -> bool:
-    """Whether a frame-mode group must stage a DRAM input on chip to read DRAM only once: a
-    normal convolution re-reads its input once per output-channel block (depthwise and
-    element-wise groups stream each input block once)."""
+    """Whether the allocation reserves a staging area for a frame-mode group's DRAM input: a
+    normal convolution with several output-channel blocks, which the paper's schedule (one
+    weight block at a time) runs over its input once per block. The controller copies the
+    input there only when it takes the weights in several chunks
+    (:func:`sfnpu.hw.limits.stages_input`, implied by this), so the reservation covers it."""
     return _stages(instr, instr.reuse, instr.input, config)
 
 
@@ -133,17 +139,12 @@ def _stages(instr: Instruction, mode: Reuse, input_: Location, config: HwConfig)
             and layout.channel_blocks(instr.out_c, config.to) > 1)
 
 
-def _staging_buffer(out: Location, shortcut: Location | None) -> int:
-    used = {_buf(out), _buf(shortcut)}
-    return next(b for b in range(3) if b not in used)
-
-
 def staging(instr: Instruction, config: HwConfig) -> tuple[Location, int] | None:
     """(location, bytes) where a frame-mode group stages its DRAM input, or None."""
     if not needs_staging(instr, config):
         return None
     sc = instr.shortcut if instr.eltwise != Eltwise.NONE else None
-    return isa.buffer(_staging_buffer(instr.output, sc), 0), _input_bytes(instr, config)
+    return isa.buffer(staging_buffer(instr.output, sc), 0), _input_bytes(instr, config)
 
 
 def row_weights(instr: Instruction, config: HwConfig) -> tuple[Location, int] | None:
@@ -344,7 +345,7 @@ class _Allocator:
 
     def stage(self, i: int, grp: Group, in_bytes: int):
         """Reserve the staging area the rule of :func:`staging` gives group ``i``."""
-        s = _staging_buffer(self.loc[grp.written], self.location(grp.shortcut))
+        s = staging_buffer(self.loc[grp.written], self.location(grp.shortcut))
         self.used.add((i, s))
         if (i, s) in self.reserved:
             self.extent[s] = max(self.extent[s], in_bytes)
@@ -379,7 +380,7 @@ class _Allocator:
             off = None if b in forbidden else self.first_fit(b, size, i, t1)
             if off is None:
                 continue
-            if stage_bytes and not self.fits(_staging_buffer(isa.buffer(b), sc), 0,
+            if stage_bytes and not self.fits(staging_buffer(isa.buffer(b), sc), 0,
                                              stage_bytes, i, i, f"staging of group {i}"):
                 continue
             key = (max(0, off + size - self.extent[b]), off > 0, b == in_buf, b)

@@ -688,12 +688,16 @@ def _shared_weight_note(result: NetworkResult, e: Evaluation) -> str | None:
     if distinct >= per_use:
         return None
     base = result.all_row.traffic
-    w, off, once = distinct / MB, e.traffic.fm_dense / MB, base.fm_dense / MB
-    return (f"- {result.study.key}: W counts each group's weight read: {per_use / MB:.2f} MB, "
-            f"of which {distinct / MB:.2f} MB are distinct tensors — groups sharing weights "
-            "(one per pyramid level) each read them, in the everything-once total too. With "
-            f"shared weights counted once the reduction is 1 − ({w:.2f} + {off:.2f}) / "
-            f"({w:.2f} + {once:.2f}) = {1 - (w + off) / (w + once):.2%}.")
+    read, off, once = e.traffic.weights_dense / MB, e.traffic.fm_dense / MB, base.fm_dense / MB
+    w = distinct / MB
+    return (f"- {result.study.key}: weights shared by several groups (one per pyramid level) "
+            f"are {per_use / MB:.2f} MB if every group read its own and {w:.2f} MB as distinct "
+            f"tensors. The sharing groups run back to back and the weight store keeps what it "
+            f"can hold (`weights_held`), so the policy reads {read:.2f} MB; the rest are layers "
+            "whose weights exceed the store, which reload them for every level (row reuse "
+            "streams them, frame reuse takes them in chunks). With every distinct tensor read "
+            f"once the reduction would be 1 − ({w:.2f} + {off:.2f}) / ({w:.2f} + {once:.2f}) = "
+            f"{1 - (w + off) / (w + once):.2%}.")
 
 
 def _accounting_lines(results: Sequence[NetworkResult]) -> list[str]:

@@ -54,7 +54,8 @@ Weight reuse. ROW: the layer's weights are preloaded into the weight store (the 
 buffer 1), or, when they do not fit, streamed from DRAM once per output row. FRAME: every
 weight crosses the bus once — the output-channel blocks are taken in chunks whose weights fit
 the store, and each chunk runs over the whole frame (input re-read per chunk, from the
-on-chip buffer where the memory optimizer put it). The paper's finer schedule (one weight
+on-chip buffer where the memory optimizer put it; an input in DRAM is copied into a staging
+buffer during the first chunk and read there by the later ones, so DRAM delivers it once). The paper's finer schedule (one weight
 block at a time, double-buffered, with frame-wide partial sums) is not built: chunks of whole
 output blocks need no frame-sized partial-sum buffer. Weights or parameters in an on-chip
 buffer stop the run with ``UNSUPPORTED``. Shared weights: a group with ``weights_held`` set
@@ -76,7 +77,7 @@ from __future__ import annotations
 
 from math import ceil
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
@@ -313,7 +314,21 @@ class GroupController(wiring.Component):
             for reader in (0, 1):
                 buffer_read[reader].append(mem.read_port())
             buffer_write.append(mem.write_port())
-        in_local = instr.input.space != MemSpace.DRAM
+        # Input staging (sfnpu.hw.limits.stages_input): a frame-reuse convolution taken in
+        # several output-channel chunks copies its DRAM input into the staging buffer (offset
+        # 0 of the lowest buffer holding neither output nor shortcut) during the first chunk,
+        # and the later chunks read it there: DRAM delivers the input once.
+        staged = Signal()
+        in_from_stage = staged & (ob_base != 0)
+
+        def occupied(space):
+            return ((instr.output.space == space)
+                    | ((instr.shortcut.space == space) & (instr.eltwise != Eltwise.NONE)))
+        stage_space = Mux(~occupied(MemSpace.BUF0), MemSpace.BUF0,
+                          Mux(~occupied(MemSpace.BUF1), MemSpace.BUF1, MemSpace.BUF2))
+        in_space = Mux(in_from_stage, stage_space, instr.input.space)
+        in_offset = Mux(in_from_stage, 0, instr.input.offset)
+        in_local = in_space != MemSpace.DRAM
         sc_local = instr.shortcut.space != MemSpace.DRAM
         out_local = instr.output.space != MemSpace.DRAM
         in_reader_idle = Signal()
@@ -337,7 +352,7 @@ class GroupController(wiring.Component):
             for port in buffer_read[reader]:
                 m.d.comb += [port.addr.eq(addr), port.en.eq(1)]
             data_out = Array(port.data for port in buffer_read[reader])[
-                (space.as_value() - 1)[:2]]
+                (Value.cast(space) - 1)[:2]]
             return issued, data_out
 
         # -- compute path ---------------------------------------------------------------------
@@ -506,8 +521,8 @@ class GroupController(wiring.Component):
         # Input reader: issue segments y-major, cb-minor.
         with m.If(start_compute):
             m.d.sync += [in_y.eq(0), in_cb.eq(0), in_done.eq(0),
-                         in_seg_addr.eq(Mux(in_local, 0, base) + instr.input.offset),
-                         in_row_addr.eq(Mux(in_local, 0, base) + instr.input.offset)]
+                         in_seg_addr.eq(Mux(in_local, 0, base) + in_offset),
+                         in_row_addr.eq(Mux(in_local, 0, base) + in_offset)]
         with m.Elif(grant_read):
             with m.If(in_cb + 1 < in_blocks):
                 m.d.sync += [in_cb.eq(in_cb + 1), in_seg_addr.eq(in_seg_addr + in_plane)]
@@ -556,7 +571,28 @@ class GroupController(wiring.Component):
             return beat_valid & (part == parts - 1), Cat(word[8 * B:], beat)
 
         push, word = assemble(data_beat & (tag == _TAG_INPUT), L, "input")
-        local_push, local_word = local_reader("input", in_local, instr.input.space,
+        # The first chunk of a staged group writes each DRAM input word to the staging
+        # buffer, at its place in the channel-blocked layout (words arrive y, cb, x).
+        stage_write = push & staged & (ob_base == 0)
+        stage_word = word
+        st_x = Signal(12)
+        st_cb = Signal(16)
+        st_row = Signal(range(self.buffer_words + 1))
+        st_seg = Signal(range(self.buffer_words + 1))
+        st_addr = Signal(range(self.buffer_words + 1))
+        with m.If(start_compute):
+            m.d.sync += [st_x.eq(0), st_cb.eq(0), st_row.eq(0), st_seg.eq(0), st_addr.eq(0)]
+        with m.Elif(stage_write):
+            with m.If(st_x + 1 < instr.in_w):
+                m.d.sync += [st_x.eq(st_x + 1), st_addr.eq(st_addr + 1)]
+            with m.Elif(st_cb + 1 < in_blocks):
+                seg = st_seg + (in_plane >> _log2(L))
+                m.d.sync += [st_x.eq(0), st_cb.eq(st_cb + 1), st_seg.eq(seg), st_addr.eq(seg)]
+            with m.Else():
+                row = st_row + instr.in_w
+                m.d.sync += [st_x.eq(0), st_cb.eq(0), st_row.eq(row), st_seg.eq(row),
+                             st_addr.eq(row)]
+        local_push, local_word = local_reader("input", in_local, in_space,
                                               grant_read, in_seg_addr, instr.in_w, 0)
         m.d.comb += [in_push.eq(push | local_push),
                      in_fifo.w_data.eq(Mux(local_push, local_word, word)),
@@ -954,8 +990,11 @@ class GroupController(wiring.Component):
         with m.Elif(local_sent):
             m.d.sync += [lw_addr.eq(lw_addr + 1), lw_left.eq(lw_left - 1)]
         for k, port in enumerate(buffer_write):
-            m.d.comb += [port.addr.eq(lw_addr), port.data.eq(write_fifo.r_data),
-                         port.en.eq(local_sent & (instr.output.space == MemSpace(k + 1)))]
+            staging_here = stage_write & (stage_space == MemSpace(k + 1))
+            m.d.comb += [port.addr.eq(Mux(staging_here, st_addr, lw_addr)),
+                         port.data.eq(Mux(staging_here, stage_word, write_fifo.r_data)),
+                         port.en.eq(staging_here | (local_sent
+                                                    & (instr.output.space == MemSpace(k + 1))))]
         with m.If(flush):
             m.d.sync += o_committed.eq(0)
         with m.Else():
@@ -1268,7 +1307,9 @@ class GroupController(wiring.Component):
                 with m.If(div_bit == 0):
                     too_big = weight_steps > self.weight_words
                     frame = instr.reuse == Reuse.FRAME
-                    m.d.sync += [streaming.eq(too_big & ~frame),
+                    stage = (too_big & frame & (instr.conv == ConvKind.NORMAL)
+                             & (instr.input.space == MemSpace.DRAM))
+                    m.d.sync += [streaming.eq(too_big & ~frame), staged.eq(stage),
                                  ob_base.eq(0), ob_count.eq(out_blocks),
                                  chunk_obs.eq(Mux(too_big & frame, 0, out_blocks)),
                                  chunk_steps.eq(ib_count * steps)]
@@ -1278,7 +1319,9 @@ class GroupController(wiring.Component):
                     sc_end = instr.shortcut.offset + out_blocks * Mux(is_add, sc_plane, L)
                     with m.If((kh > places * ROW_BUFFER_ROWS)
                               | ((weight_steps > self.weight_words) & depthwise)
-                              | (in_local & (in_end > size)) | (out_local & (out_end > size))
+                              | ((instr.input.space != MemSpace.DRAM) & (in_end > size))
+                              | (stage & (in_blocks * in_plane > size))
+                              | (out_local & (out_end > size))
                               | (sc_local & (instr.eltwise != Eltwise.NONE) & (sc_end > size))):
                         fail(ErrorCode.BUFFER_OVERFLOW)
                     with m.Elif(instr.weights_held & ~(held_valid & ~too_big

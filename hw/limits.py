@@ -17,12 +17,14 @@ from typing import Sequence
 
 from sfnpu import layout
 from sfnpu.config import ROW_BUFFER_ROWS, HwConfig
-from sfnpu.isa import ConvKind, Eltwise, InputTransform, Instruction, MemSpace, Pool, Reuse
+from sfnpu.isa import (ConvKind, Eltwise, InputTransform, Instruction, Location, MemSpace, Pool,
+                       Reuse)
 
 from .conv_array import depthwise_taps
 
 __all__ = ["StoreSizes", "GroupShape", "group_shape", "overflows", "loads_whole_weights",
-           "HeldWeights", "weight_store_after", "with_held_weights"]
+           "HeldWeights", "weight_store_after", "with_held_weights", "stages_input",
+           "staging_buffer"]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -112,6 +114,26 @@ def loads_whole_weights(instr: Instruction, config: HwConfig) -> bool:
         return False
     z = StoreSizes.of(config)
     return group_shape(instr, z).weight_steps <= z.weight_words
+
+
+def stages_input(instr: Instruction, config: HwConfig) -> bool:
+    """Whether the controller stages the group's input on chip: a frame-reuse convolution
+    whose weights it takes in several output-channel chunks reads a DRAM input once, during
+    the first chunk, copying it into :func:`staging_buffer` at offset 0, and the later chunks
+    read it there."""
+    if instr.reuse != Reuse.FRAME or instr.conv != ConvKind.NORMAL \
+            or instr.input.space != MemSpace.DRAM:
+        return False
+    z = StoreSizes.of(config)
+    return group_shape(instr, z).weight_steps > z.weight_words
+
+
+def staging_buffer(output: Location, shortcut: Location | None) -> int:
+    """The on-chip buffer a staged input goes to: the lowest-numbered one that holds neither
+    the group's output nor its shortcut operand (``None``: the group has none)."""
+    used = {loc.space.value - MemSpace.BUF0.value for loc in (output, shortcut)
+            if loc is not None and loc.space != MemSpace.DRAM}
+    return next(b for b in range(3) if b not in used)
 
 
 @dataclass(frozen=True)

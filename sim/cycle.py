@@ -9,8 +9,9 @@ fitted to measurements. The RTL is checked against it group by group (``tests/te
 DRAM bytes are exact: they are the bus beats of the DMA commands the controller issues — the
 image header and section table (first group), the instruction, the parameter block, the
 weights (once per output-channel chunk, or once per output row when a row-reuse layer's
-weights do not fit the weight store, or not at all when ``weights_held``), the input (once per chunk), the shortcut operand, and
-the output (write strobes: exactly the output's bytes).
+weights do not fit the weight store, or not at all when ``weights_held``), the input (once per
+chunk, or once when staged), the shortcut operand, and the output (write strobes: exactly the
+output's bytes).
 
 Latency, per group (the controller's states in order)::
 
@@ -46,7 +47,7 @@ from typing import Sequence
 
 from sfnpu import image, isa, layout
 from sfnpu.config import ROW_BUFFER_ROWS, HwConfig
-from sfnpu.hw.limits import StoreSizes, group_shape
+from sfnpu.hw.limits import StoreSizes, group_shape, stages_input, staging_buffer
 from sfnpu.isa import Activation, ConvKind, Eltwise, Instruction, MemSpace, Pool, Reuse
 
 __all__ = ["CycleModel", "GroupTiming", "ModelRun", "Comparison", "compare",
@@ -209,14 +210,20 @@ class CycleModel:
         loads_weights = not (s.identity or s.streaming or instr.weights_held)
         compute = 0
         bounds = []
-        for obs in chunks:
+        # A staged input (hw.limits.stages_input) comes from DRAM in the first chunk and from
+        # the staging buffer in the others.
+        later = instr
+        if stages_input(instr, cfg):
+            sc = instr.shortcut if instr.eltwise != Eltwise.NONE else None
+            later = instr.replace(input=isa.buffer(staging_buffer(instr.output, sc), 0))
+        for k, obs in enumerate(chunks):
             if loads_weights:
                 w_len = (s.in_blocks * s.taps * L if s.depthwise
                          else obs * s.ib * s.steps * cfg.ti * cfg.to)
                 n = self.beats(0, w_len)
                 control += self.read_transfer(n)
                 read += n * B
-            cycles, r, w, bound = self._compute(instr, s, obs)
+            cycles, r, w, bound = self._compute(later if k else instr, s, obs)
             compute += cycles + 1                              # + COMPUTE_START
             read += r
             write += w
