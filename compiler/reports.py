@@ -442,6 +442,17 @@ DEVIATIONS = """\
   A frame-mode convolution with several output-channel blocks whose input is in DRAM stages
   that input on chip so that DRAM is read once (the paper's Algorithm 1 step 2 also sizes the
   input buffer).
+- **Weight store.** Eq. 2 shares buffer 1 between a row-mode layer's weights and feature
+  maps, and the paper's frame mode buffers one small weight block. sfnpu's controller has a
+  weight store of its own (`buffer_bytes[1]`): row reuse preloads a layer's weights into it;
+  frame reuse takes as many whole output blocks' weights per chunk as it holds, copying a DRAM
+  input into the staging area during the first chunk so that DRAM delivers it once. Our SRAM
+  columns follow eqs. 1–6; the RTL instantiates the weight store beside the three
+  feature-map buffers.
+- **Shared weights** (RetinaNet's heads over five pyramid levels). Groups applying one weight
+  tensor run back to back, and a group whose weights the store still holds does not read them
+  again (`weights_held`), in every policy including the everything-once baseline. A layer
+  whose weights exceed the store (the class predictor) reloads them for every level.
 - **Eq. 4/5.** The paper's accelerator keeps frame-wide partial sums (eq. 4: out_w × out_h ×
   To × 4 B per frame layer) and a frame-sized write buffer for frame layers writing to DRAM
   (eq. 5). sfnpu's controller runs frame reuse as chunks of whole output-channel blocks, each

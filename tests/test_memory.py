@@ -21,6 +21,7 @@ from sfnpu.compiler.memory import (AllocationError, Budget, Policy, allocate, ap
 from sfnpu.compiler.pipeline import compile_model, run_onnxruntime
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
+from sfnpu.hw.limits import with_held_weights
 from sfnpu.isa import MemSpace, Reuse
 from sfnpu.sim.golden import GoldenModel
 from netbuild import Net
@@ -441,3 +442,34 @@ def test_frame_policy_output_identical_to_onnxruntime(net, frame_from, request):
     assert (program.layout, program.params) == (compiled.program.layout,
                                                 compiled.program.params)
     assert identical_to_onnxruntime(compiled, program, path, 64, ROOMY)
+
+
+def test_held_weights_follow_the_weight_store(small):
+    """``weights_held`` is set exactly where the controller's weight store still holds the
+    group's weights: loaded whole by the last group that loaded any — a row-reuse layer that
+    streams its weights leaves the store alone, frame-reuse chunks leave it partial."""
+    compiled, _ = small
+    a = compiled.program.instructions[1]              # 16 → 16, 3×3: fits the store
+    other = a.replace(weights=isa.dram(a.weights.offset + 4096))
+    big = a.replace(in_c=512, out_c=512)              # 36864 weight words > the store's 1024
+    streamed = big.replace(reuse=Reuse.ROW, weights=isa.dram(1 << 20))
+    chunked = big.replace(reuse=Reuse.FRAME, weights=isa.dram(1 << 20))
+
+    def held(*instrs):
+        return [i.weights_held for i in with_held_weights(instrs, TINY)]
+    assert held(a, a, a) == [0, 1, 1]
+    assert held(a, other, a) == [0, 0, 0]
+    assert held(a, streamed, a) == [0, 0, 1]
+    assert held(a, chunked, a) == [0, 0, 0]
+    assert held(a, a.replace(kh=1, kw=1, pad_top=0, pad_left=0, pad_bottom=0,
+                             pad_right=0)) == [0, 0]   # same offset, another layout
+
+
+def test_checker_catches_weights_not_held(small):
+    compiled, blocks = small
+    g = compiled.groups
+    _, instrs = placed(compiled, blocks, Policy.uniform(blocks, Reuse.ROW))
+    broken = list(instrs)
+    broken[2] = instrs[2].replace(weights_held=1)     # the store holds group 1's weights
+    with pytest.raises(AllocationError, match="group 2 .*weights_held"):
+        check_program(compiled.graph, g, broken, TINY)
