@@ -3,13 +3,15 @@ and against the cycle model (DRAM bytes per group exactly, cycles within its tol
 
 Hypothesis draws small CNNs — a chain of convolutions (1×1/3×3/5×5, stride 1 or 2, normal or
 depthwise), activations (Relu, HardSwish, Sigmoid), max/average pools, residual adds and 2×
-upsamples — as a plain tuple (:func:`networks`), so a failing example shrinks to a minimal
+upsamples, and "twins" (one weight tensor applied twice in a row, which the second group
+finds in the weight store: ``weights_held``) — as a plain tuple (:func:`networks`), so a failing example shrinks to a minimal
 network whose tuple goes into :data:`EXAMPLES`, rerun on every test. ``make test`` draws a few
 networks on ``tiny``; ``make regress`` (SFNPU_REGRESS=1) many on both configurations.
 """
 
 import os
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
@@ -30,6 +32,7 @@ LAYERS = st.one_of(
     st.tuples(st.just("pool"), st.sampled_from(["max", "avg"])),
     st.tuples(st.just("add"), st.just(None)),
     st.tuples(st.just("up"), st.just(None)),
+    st.tuples(st.just("twin"), st.sampled_from([1, 3])),
 )
 
 
@@ -45,6 +48,7 @@ def networks(draw):
 EXAMPLES = [
     (8, 6, 6, 0, (("conv", (3, 1, 8)), ("add", None), ("act", "HardSwish"))),
     (3, 9, 7, 1, (("conv", (5, 2, 12)), ("dw", (3, 1)), ("up", None), ("pool", "avg"))),
+    (8, 7, 9, 2, (("twin", 3), ("pool", "max"), ("twin", 1))),
 ]
 #: Specs rerun on ecp5 as well (``make test`` draws on tiny only): a residual add whose input,
 #: shortcut and output all cross ecp5's narrow DRAM bus, so its reads and writes contend.
@@ -89,6 +93,13 @@ def build(spec):
             h, w = h // 2, w // 2
         elif kind == "add":
             x = net.op("Add", [net.conv(x, c, c, 1, pads=[0, 0, 0, 0]), x])
+        elif kind == "twin" and min(h, w) >= arg:
+            weight = net.const(net.rng.standard_normal((c, c, arg, arg))
+                               * np.sqrt(2 / (c * arg * arg)), "w")
+            bias = net.const(net.rng.standard_normal(c) * 0.1, "b")
+            for _ in range(2):
+                x = net.op("Conv", [x, weight, bias], kernel_shape=[arg, arg], strides=[1, 1],
+                           pads=[arg // 2] * 4)
         elif kind == "up" and max(h, w) <= 16:
             x = net.op("Resize", [x, "", net.const([1, 1, 2, 2])], mode="nearest",
                        coordinate_transformation_mode="asymmetric", nearest_mode="floor")
