@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from .ir import Graph, IRError, Node
 
-__all__ = ["Group", "fuse", "shared_weights_back_to_back", "STAGE_ORDER"]
+__all__ = ["Group", "fuse", "shared_weights_back_to_back", "weight_key", "STAGE_ORDER"]
 
 #: Stage ranks in hardware order; a node may join a group only after its last stage.
 STAGE_ORDER = {"in_transform": -1, "conv": 0, "table": 1, "eltwise": 2, "table_after": 3,
@@ -159,13 +159,15 @@ def _redirect_concats(graph: Graph, groups: list[Group], concats: list[Node]) ->
             for i, g in enumerate(ordered)]
 
 
-def _weight_key(group: Group) -> tuple | None:
-    """Identity of the group's convolution weights (kind, shape and values), or None."""
-    conv = group.node("conv")
-    if conv is None:
-        return None
+def weight_key(conv: Node) -> tuple:
+    """Identity of a convolution's weights (kind, shape and values): equal keys, one tensor."""
     w = conv.consts["weight"]
     return conv.attrs["depthwise"], w.shape, hashlib.sha1(w.tobytes()).digest()
+
+
+def _weight_key(group: Group) -> tuple | None:
+    conv = group.node("conv")
+    return None if conv is None else weight_key(conv)
 
 
 def shared_weights_back_to_back(groups: list[Group]) -> list[Group]:

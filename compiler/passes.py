@@ -9,11 +9,14 @@ from typing import Callable
 import numpy as np
 
 from sfnpu import numeric
+from sfnpu.config import HwConfig
+from sfnpu.hw.limits import StoreSizes
 
+from .groups import weight_key
 from .ir import Graph, Node, QType, Tensor, check
 
 __all__ = ["PASSES", "run_passes", "fold_silu", "requantize_concat_inputs",
-           "drop_dead_nodes"]
+           "drop_dead_nodes", "split_shared_wide_convs"]
 
 
 def _codes(q: QType) -> np.ndarray:
@@ -120,3 +123,49 @@ def run_passes(graph: Graph, passes=PASSES) -> tuple[Graph, list[str]]:
             check(graph)
             applied.append(name)
     return graph, applied
+
+
+def split_shared_wide_convs(graph: Graph, config: HwConfig) -> tuple[Graph, bool]:
+    """A normal convolution whose weights several nodes share (RetinaNet's class predictor on
+    every pyramid level) and exceed the weight store of ``config`` becomes convolutions over
+    slices of its output channels, each within the store, concatenated into the original
+    tensor: every slice's weights are then shared and held in the store across the nodes
+    (``weights_held``), so they cross the bus once instead of once per node. Slices start at
+    channel-block boundaries; each is requantised exactly as the whole was (same scales), so
+    the result is bit-exact."""
+    z = StoreSizes.of(config)
+    convs = [n for n in graph.nodes if n.op == "conv" and not n.attrs["depthwise"]]
+    uses: dict[tuple, int] = {}
+    for n in convs:
+        uses[weight_key(n)] = uses.get(weight_key(n), 0) + 1
+    nodes, tensors, changed = [], dict(graph.tensors), False
+    for node in graph.nodes:
+        parts = _slices(node, z) if node in convs and uses[weight_key(node)] > 1 else None
+        if not parts:
+            nodes.append(node)
+            continue
+        y = graph.tensors[node.output]
+        names = []
+        for p, (lo, hi) in enumerate(parts):
+            name = f"{node.output}.slice{p}"
+            tensors[name] = Tensor(name, (hi - lo, *y.shape[1:]), y.qtype)
+            nodes.append(node.replace(name=f"{node.name}.slice{p}", output=name, consts={
+                k: v[lo:hi] for k, v in node.consts.items()}))
+            names.append(name)
+        nodes.append(Node(node.name, "concat", tuple(names), node.output))
+        changed = True
+    return (graph.replace(nodes=nodes, tensors=tensors), True) if changed else (graph, False)
+
+
+def _slices(conv: Node, z: StoreSizes) -> list[tuple[int, int]] | None:
+    """Output-channel ranges of whole channel blocks whose weights each fit the store, as even
+    as possible; None when the weights fit whole or one block alone does not."""
+    o, i, kh, kw = conv.consts["weight"].shape
+    per_block = -(-i // z.lanes) * kh * kw              # weight words of one output block
+    blocks = -(-o // z.lanes)
+    fit = z.weight_words // per_block
+    if blocks * per_block <= z.weight_words or fit == 0:
+        return None
+    n = -(-blocks // fit)
+    size = -(-blocks // n) * z.lanes
+    return [(lo, min(lo + size, o)) for lo in range(0, o, size)]

@@ -19,7 +19,8 @@ from sfnpu.config import HwConfig
 
 from .codegen import Program, generate
 from .groups import Group, fuse
-from .passes import run_passes
+from .ir import check
+from .passes import run_passes, split_shared_wide_convs
 from .importer import Imported, import_model
 
 __all__ = ["Compiled", "PipelineConfig", "STEPS", "compile_model", "run_onnxruntime",
@@ -46,7 +47,7 @@ class PipelineConfig:
 #: None for a step that always runs).
 STEPS: tuple[tuple[str, str | None], ...] = (
     ("import", None),         # QDQ ONNX → IR (importer.py)
-    ("passes", None),         # IR passes (passes.py)
+    ("passes", None),         # IR passes (passes.py), then shared convs split to fit the store
     ("fuse", None),           # IR nodes → groups (groups.py)
     ("generate", None),       # groups → instructions, every feature map in DRAM (codegen.py)
     ("modules", "modules"),   # module-level allocation (modules.py)
@@ -128,6 +129,9 @@ def compile_model(src, config: HwConfig, pipeline: PipelineConfig = PipelineConf
     """Run the steps of :data:`STEPS` that ``pipeline`` switches on."""
     imported = import_model(src)
     graph, _ = run_passes(imported.graph)
+    graph, split = split_shared_wide_convs(graph, config)
+    if split:
+        check(graph)
     imported = replace(imported, graph=graph)
     groups = fuse(graph)
     compiled = Compiled(imported, groups, generate(graph, groups, config), pipeline)

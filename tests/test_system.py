@@ -200,6 +200,20 @@ def shared_head_net():
     return net, outputs
 
 
+def shared_wide_net():
+    """RetinaNet's class predictor in small: a 3×3 convolution shared by two levels whose
+    weights (128 → 96 channels, 108 KiB) exceed the tiny and ecp5 weight stores; the compiler
+    splits it into two 48-channel slices that each fit, concatenated into the output, so every
+    slice's weights are held from the first level to the second."""
+    net = Net((16, 6, 6), seed=14, name="sharedwide")
+    p3 = net.op("Relu", [net.conv("x", 16, 128, 3)])
+    p4 = net.op("Relu", [net.conv(p3, 128, 128, 1, stride=2, pads=[0, 0, 0, 0])])
+    w = net.const(net.rng.standard_normal((96, 128, 3, 3)) * np.sqrt(2 / 1152), "w")
+    b = net.const(net.rng.standard_normal(96) * 0.1, "b")
+    return net, [net.op("Conv", [y, w, b], kernel_shape=[3, 3], strides=[1, 1],
+                        pads=[1, 1, 1, 1]) for y in (p3, p4)]
+
+
 def pre_activations(model):
     """Outputs of the BNs that no convolution produces (so none can absorb them) and of the
     ReLUs behind them."""
@@ -389,13 +403,16 @@ def test_staged_input_crosses_the_bus_once(harness, tmp_path):
 
 
 @pytest.mark.parametrize("frame", [False, True], ids=["row", "frame"])
-def test_shared_weights_cross_the_bus_once(tiny_harness, tmp_path, frame):
-    """Groups sharing a weight tensor run back to back and the later ones set weights_held:
-    the run reads exactly those weights' bytes less than the same program with every flag
-    cleared, and both match the golden model bit for bit."""
+@pytest.mark.parametrize("build, slices", [(shared_head_net, 0), (shared_wide_net, 2)])
+def test_shared_weights_cross_the_bus_once(tiny_harness, tmp_path, frame, build, slices):
+    """Groups sharing a weight tensor run back to back and the later ones set weights_held
+    (a shared layer too wide for the store is split into slices that fit): the run reads
+    exactly those weights' bytes less than the same program with every flag cleared, and both
+    match the golden model bit for bit."""
     config = tiny_harness.config
-    net, outputs = shared_head_net()
+    net, outputs = build()
     compiled, _ = compiled_image(tmp_path, net, outputs, config)
+    assert sum(".slice" in g.name for g in compiled.groups) == 2 * slices
     program = frame_program(compiled) if frame else compiled.program
     held = [i for i in program.instructions if i.weights_held]
     assert len(held) == 2
