@@ -470,8 +470,9 @@ DEVIATIONS = """\
   feature-map buffers.
 - **Shared weights** (RetinaNet's heads over five pyramid levels). Groups applying one weight
   tensor run back to back, and a group whose weights the store still holds does not read them
-  again (`weights_held`), in every policy including the everything-once baseline. A layer
-  whose weights exceed the store (the class predictor) reloads them for every level.
+  again (`weights_held`), in every policy including the everything-once baseline. A shared
+  layer whose weights exceed the store (the class predictor) is split into output-channel
+  slices that fit, concatenated into its output; each slice re-reads the layer's input.
 - **Eq. 4/5.** The paper's accelerator keeps frame-wide partial sums (eq. 4: out_w × out_h ×
   To × 4 B per frame layer) and a frame-sized write buffer for frame layers writing to DRAM
   (eq. 5). sfnpu's controller runs frame reuse as chunks of whole output-channel blocks, each
@@ -722,15 +723,17 @@ def _shared_weight_note(result: NetworkResult, e: Evaluation) -> str | None:
     base = result.all_row.traffic
     read, off, once = e.traffic.weights_dense / MB, e.traffic.fm_dense / MB, base.fm_dense / MB
     w = distinct / MB
-    return (f"- {result.study.key}: weights shared by several groups (one per pyramid level) "
-            f"are {per_use / MB:.2f} MB if every group read its own and {w:.2f} MB as distinct "
-            "tensors, which the everything-once total counts once. The sharing groups run back "
-            f"to back and the weight store keeps what it can hold (`weights_held`), so the "
-            f"policy reads {read:.2f} MB; the rest are layers whose weights exceed the store, "
-            "which reload them for every level (row reuse streams them, frame reuse takes "
-            "them in chunks). With every distinct tensor read once the reduction would be "
-            f"1 − ({w:.2f} + {off:.2f}) / ({w:.2f} + {once:.2f}) = "
-            f"{1 - (w + off) / (w + once):.2%}.")
+    note = (f"- {result.study.key}: weights shared by several groups (one per pyramid level) "
+            f"are {per_use / MB:.2f} MB if every group read its own and {w:.2f} MB as "
+            "distinct tensors, which the everything-once total counts once. The sharing "
+            "groups run back to back, a shared layer too wide for the weight store is split "
+            "into output-channel slices that fit, and the store keeps the weights from one "
+            f"level to the next (`weights_held`): the policy reads {read:.2f} MB.")
+    if read > w + 0.005:
+        note += (" The rest are reloaded for every level. With every distinct tensor read "
+                 f"once the reduction would be 1 − ({w:.2f} + {off:.2f}) / ({w:.2f} + "
+                 f"{once:.2f}) = {1 - (w + off) / (w + once):.2%}.")
+    return note
 
 
 def _accounting_lines(results: Sequence[NetworkResult]) -> list[str]:
