@@ -262,7 +262,9 @@ def _needs(instr: Instruction, mode: Reuse, output_dram: bool,
     eqs. 1 and 3–5, and in frame mode the largest of its on-chip tensors in some buffer."""
     lanes = config.lanes
     out = isa.dram(0) if mode == Reuse.ROW or output_dram else isa.buffer(0)
-    need = instruction_needs(instr.replace(reuse=mode, output=out), config)
+    # In frame mode the input may be on chip (then nothing is staged or held whole).
+    inp = isa.buffer(1) if mode == Reuse.FRAME else instr.input
+    need = instruction_needs(instr.replace(reuse=mode, output=out, input=inp), config)
     if "weight_buff" in need:
         need[f"buffer {WEIGHT_BUFFER}"] = need.pop("weight_buff")
     if mode == Reuse.FRAME:

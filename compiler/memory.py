@@ -42,8 +42,8 @@ from typing import Mapping, Sequence
 
 from sfnpu import isa, layout
 from sfnpu.config import DEVICES, HwConfig, ROW_BUFFER_ROWS
-from sfnpu.hw.limits import (HeldWeights, loads_whole_weights, overflows, staging_buffer,
-                             weight_store_after, with_held_weights)
+from sfnpu.hw.limits import (HeldWeights, loads_whole_weights, overflows, stages_input,
+                             staging_buffer, weight_store_after, with_held_weights)
 from sfnpu.isa import ConvKind, Eltwise, Instruction, Location, MemSpace, Reuse
 
 from .blocks import Blocks, GroupGraph, detect_blocks, operands
@@ -53,7 +53,7 @@ from .ir import Graph
 
 __all__ = [
     "AllocationError", "Policy", "Allocation", "classify", "long_path_tensors", "allocate",
-    "staging", "needs_staging", "row_weights", "place", "apply_policy", "check_program",
+    "staging", "needs_staging", "frame_weights", "row_weights", "place", "apply_policy", "check_program",
     "store_overflows",
     "CheckReport", "Requirements", "requirements", "dense_requirements", "instruction_needs",
     "Budget", "Violation", "GroupTraffic", "Traffic", "traffic", "accesses", "bram18k_eq7",
@@ -125,18 +125,37 @@ def _input_bytes(instr: Instruction, config: HwConfig) -> int:
 
 
 def needs_staging(instr: Instruction, config: HwConfig) -> bool:
-    """Whether the allocation reserves a staging area for a frame-mode group's DRAM input: a
-    normal convolution with several output-channel blocks, which the paper's schedule (one
-    weight block at a time) runs over its input once per block. The controller copies the
-    input there only when it takes the weights in several chunks
-    (:func:`sfnpu.hw.limits.stages_input`, implied by this), so the reservation covers it."""
+    """Whether the allocation reserves a staging area for a frame-mode group's DRAM input.
+
+    A normal convolution with several output-channel blocks runs over its input once per
+    chunk of blocks whose weights the store holds (:func:`sfnpu.hw.limits.stages_input`).
+    DRAM delivers the input once either way: staged on chip when the weights take several
+    chunks, or read once when the store holds the whole weights (one chunk). The allocation
+    takes the cheaper: the staging area when the weights are larger than the input, else the
+    whole weights in the weight store (:func:`frame_weights`, counted in eq. 1) — and
+    :func:`check_program` refuses a program whose store is too small for the latter."""
     return _stages(instr, instr.reuse, instr.input, config)
 
 
-def _stages(instr: Instruction, mode: Reuse, input_: Location, config: HwConfig) -> bool:
+def _reads_input_per_block(instr: Instruction, mode: Reuse, input_: Location,
+                           config: HwConfig) -> bool:
     return (mode == Reuse.FRAME and input_.space == MemSpace.DRAM
             and instr.conv == ConvKind.NORMAL
             and layout.channel_blocks(instr.out_c, config.to) > 1)
+
+
+def _stages(instr: Instruction, mode: Reuse, input_: Location, config: HwConfig) -> bool:
+    return (_reads_input_per_block(instr, mode, input_, config)
+            and layout.weight_bytes(instr, config) > _input_bytes(instr, config))
+
+
+def frame_weights(instr: Instruction, config: HwConfig) -> int:
+    """Bytes of weights a frame-mode group needs whole in the weight store: those of a
+    normal convolution that reads its DRAM input once without staging it (one chunk)."""
+    if _reads_input_per_block(instr, instr.reuse, instr.input, config) \
+            and not needs_staging(instr, config):
+        return layout.weight_bytes(instr, config)
+    return 0
 
 
 def staging(instr: Instruction, config: HwConfig) -> tuple[Location, int] | None:
@@ -556,6 +575,11 @@ def check_program(graph: Graph, groups: Sequence[Group], instructions: Sequence[
                     f"{'nothing whole' if held is None else held} instead of this group's "
                     f"weights (DRAM {instr.weights.offset:#x})")
         held = weight_store_after(held, instr, config)
+        if stages_input(instr, config) and staging(instr, config) is None:
+            fail(i, f"the controller stages the DRAM input (its weights, "
+                    f"{layout.weight_bytes(instr, config)} B, take several chunks of the "
+                    f"{config.buffer_bytes[1]} B weight store), but the allocation reserves no "
+                    "staging area: it counted on the store holding the whole weights")
         reads = [(grp.input, instr.input, "input")]
         if grp.shortcut is not None:
             reads.append((grp.shortcut, instr.shortcut, "shortcut"))
@@ -666,6 +690,8 @@ def instruction_needs(instr: Instruction, config: HwConfig) -> dict[str, int]:
     if instr.conv != ConvKind.NONE:
         if row:
             need["weight_buff"] = layout.weight_bytes(instr, config)               # eq. 1
+        elif frame_weights(instr, config):
+            need["weight_buff"] = frame_weights(instr, config)
         need["row_buff"] = (ROW_BUFFER_ROWS * instr.in_w                           # eq. 3
                             * layout.channel_blocks(instr.in_c, lanes) * lanes)
         # Eq. 4 for our controller: it sums the input-channel blocks of one output row at a
@@ -750,7 +776,7 @@ def dense_requirements(instructions: Sequence[Instruction], config: HwConfig) ->
     for i, instr in enumerate(instructions):
         row = instr.reuse == Reuse.ROW
         if instr.conv != ConvKind.NONE:
-            if row:
+            if row or frame_weights(instr, config):
                 at_least("weight_buff", _dense_bytes(instr, "weights"), i)          # eq. 1
             at_least("row_buff", ROW_BUFFER_ROWS * instr.in_w * instr.in_c, i)      # eq. 3
             if not row:

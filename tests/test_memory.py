@@ -16,8 +16,8 @@ from sfnpu.compiler.blocks import BlockKind, detect_blocks
 from sfnpu.compiler.codegen import CodegenError
 from sfnpu.compiler.cutpoints import evaluate
 from sfnpu.compiler.memory import (AllocationError, Budget, Policy, allocate, apply_policy,
-                                   check_program, dense_requirements, place, requirements,
-                                   staging, traffic)
+                                   check_program, dense_requirements, frame_weights, place,
+                                   requirements, staging, traffic)
 from sfnpu.compiler.pipeline import compile_model, run_onnxruntime
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
@@ -73,20 +73,23 @@ def identical_to_onnxruntime(compiled, program, path, size, config) -> bool:
 # A residual network small enough to check every number by hand
 # --------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def small_path(tmp_path_factory):
-    """x(8×16×16) → conv a(16) → conv b1 → conv b2 → conv + add(a) y → 1×1 conv c(8).
+def small_residual(path, side=16):
+    """x(8×side×side) → conv a(16) → conv b1 → conv b2 → conv + add(a) y → 1×1 conv c(8).
     Groups: g0 x→a, g1 a→b1, g2 b1→b2, g3 b2(+a)→y, g4 y→c; on tiny, 16-channel maps are
-    2 blocks × 16 × 16 × 8 lanes = 4096 B, 8-channel maps 2048 B."""
-    n = Net((8, 16, 16), name="small_residual")
+    2 blocks × side² × 8 lanes (4096 B at 16), 8-channel maps half that."""
+    n = Net((8, side, side), name="small_residual")
     a = n.op("Relu", [n.conv("x", 8, 16, 3)])
     b1 = n.op("Relu", [n.conv(a, 16, 16, 3)])
     b2 = n.op("Relu", [n.conv(b1, 16, 16, 3)])
     y = n.op("Relu", [n.op("Add", [n.conv(b2, 16, 16, 3), a])])
     c = n.conv(y, 16, 8, 1)
-    path = tmp_path_factory.mktemp("small") / "small.qdq.onnx"
     quantize_model(n.model([c]), path, CalibrationSource.arrays(n.samples(8)))
     return path
+
+
+@pytest.fixture(scope="module")
+def small_path(tmp_path_factory):
+    return small_residual(tmp_path_factory.mktemp("small") / "small.qdq.onnx")
 
 
 @pytest.fixture(scope="module")
@@ -119,12 +122,14 @@ def test_buffer_equations_all_frame(small):
                      (MemSpace.BUF1, MemSpace.BUF2), (MemSpace.BUF2, MemSpace.BUF1),
                      (MemSpace.BUF1, MemSpace.DRAM)]
     assert instrs[3].shortcut.space == MemSpace.BUF0
-    # g0 is a normal conv with 2 output blocks reading DRAM: its input (2048 B) is staged at
-    # offset 0 of the lowest buffer holding neither its output (0) nor a shortcut → buffer 1.
-    assert staging(instrs[0], TINY) == (isa.buffer(1, 0), 2048)
+    # g0 is a normal conv with 2 output blocks reading DRAM: its weights (2 × 9 words of
+    # 64 B) are smaller than its input (2048 B), so it reads the input once with the whole
+    # weights in the store instead of staging it — eq. 1 counts them.
+    assert staging(instrs[0], TINY) is None
+    assert frame_weights(instrs[0], TINY) == 1152
     r = requirements(instrs, TINY, alloc.extents)
     assert r.buffers == r.algorithm1 == (4096, 4096, 4096)
-    assert r.weight_buff == 0                      # eq. 1: no row-mode layer
+    assert r.weight_buff == 1152
     assert r.row_buff == 6 * 16 * 16               # eq. 3: 6 rows × W × C (16-channel input)
     # Eqs. 4–5 on our controller: it sums input-channel blocks one output row at a time and
     # drains the write buffer in row segments, in frame reuse too (the paper: a whole frame).
@@ -304,14 +309,16 @@ def test_checker_catches_row_mode_weights_over_live_data(small):
         check_program(compiled.graph, g, on_chip_row, TINY)
 
 
-def test_checker_catches_staging_over_live_data(small):
-    compiled, blocks = small
+def test_checker_catches_staging_over_live_data(tmp_path):
+    compiled = compile_model(small_residual(tmp_path / "small8.qdq.onnx", side=8), TINY)
+    blocks = detect_blocks(compiled.graph, compiled.groups)
     g = compiled.groups
     _, instrs = placed(compiled, blocks, Policy.uniform(blocks, Reuse.FRAME))
-    # b1 sent to DRAM: g2 (normal conv, 2 output blocks) stages it at offset 0 of the lowest
-    # buffer not holding its output (buffer 2) — buffer 0, where a waits for g3.
+    # b1 sent to DRAM: g2 (normal conv, 2 output blocks, 2304 B of weights against a 1024 B
+    # input) stages it at offset 0 of the lowest buffer not holding its output (buffer 2) —
+    # buffer 0, where a waits for g3.
     broken = relocate(g, instrs, g[1].output, compiled.program.locations[g[1].output])
-    assert staging(broken[2], TINY) == (isa.buffer(0, 0), 4096)
+    assert staging(broken[2], TINY) == (isa.buffer(0, 0), 1024)
     with pytest.raises(AllocationError, match="group 2 .*staged input .*overwrites"):
         check_program(compiled.graph, g, broken, TINY)
 
@@ -473,3 +480,15 @@ def test_checker_catches_weights_not_held(small):
     broken[2] = instrs[2].replace(weights_held=1)     # the store holds group 1's weights
     with pytest.raises(AllocationError, match="group 2 .*weights_held"):
         check_program(compiled.graph, g, broken, TINY)
+
+
+def test_checker_catches_a_store_too_small_for_unstaged_weights(small):
+    """g0 reads its DRAM input once with its whole weights (1152 B) in the weight store; on a
+    store of 1 KiB the controller would take two chunks and stage the input into an area the
+    allocation never reserved."""
+    compiled, blocks = small
+    _, instrs = placed(compiled, blocks, Policy.uniform(blocks, Reuse.FRAME))
+    check_program(compiled.graph, compiled.groups, instrs, TINY)
+    small_store = TINY.replace(name="tiny-small-store", buffer_bytes=(65536, 1024, 65536))
+    with pytest.raises(AllocationError, match="group 0 .*stages the DRAM input"):
+        check_program(compiled.graph, compiled.groups, instrs, small_store)
