@@ -458,9 +458,11 @@ DEVIATIONS = """\
   same placed program (largest tensor per buffer, partial sums for frame layers only).
 - **Buffers.** Ours are the allocator's real extents (tensors live at the same time share a
   buffer at different offsets); Algorithm 1 counts only the largest tensor per buffer.
-  A frame-mode convolution with several output-channel blocks whose input is in DRAM stages
-  that input on chip so that DRAM is read once (the paper's Algorithm 1 step 2 also sizes the
-  input buffer).
+  A frame-mode convolution with several output-channel blocks whose input is in DRAM reads
+  it once: staged on chip when its weights are larger than the input (the paper's Algorithm 1
+  step 2 also sizes the input buffer), else with its whole weights in the weight store, which
+  eq. 1 then counts beside the row-mode layers' (the paper's frame reuse buffers one weight
+  block and would re-read the input per block).
 - **Weight store.** Eq. 2 shares buffer 1 between a row-mode layer's weights and feature
   maps, and the paper's frame mode buffers one small weight block. sfnpu's controller has a
   weight store of its own (`buffer_bytes[1]`): row reuse preloads a layer's weights into it;
