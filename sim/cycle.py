@@ -349,7 +349,10 @@ class CycleModel:
                 if instr.pool in (Pool.AVG, Pool.GLOBAL_AVG):
                     post = max(post, results[need]) + cost
                 else:
-                    post = max(post + cost, results[need])
+                    # The upsampler replays a row (two beats per pixel) after its last
+                    # pixel arrived.
+                    replay = 2 * obs * pooled_w if instr.upsample else 0
+                    post = max(post + cost, results[need] + replay)
                 done = post + latency
                 if out_dram:
                     # segments complete evenly over the row; each is commanded once its
