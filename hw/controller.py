@@ -55,9 +55,10 @@ buffer 1), or, when they do not fit, streamed from DRAM once per output row. FRA
 weight crosses the bus once — the output-channel blocks are taken in chunks whose weights fit
 the store, and each chunk runs over the whole frame (input re-read per chunk, from the
 on-chip buffer where the memory optimizer put it; an input in DRAM is copied into a staging
-buffer during the first chunk and read there by the later ones, so DRAM delivers it once). The paper's finer schedule (one weight
-block at a time, double-buffered, with frame-wide partial sums) is not built: chunks of whole
-output blocks need no frame-sized partial-sum buffer. Weights or parameters in an on-chip
+buffer during the first chunk and read there by the later ones, so DRAM delivers it once).
+The paper's finer schedule (one weight block at a time, double-buffered, with frame-wide
+partial sums) is not built: chunks of whole output blocks need no frame-sized partial-sum
+buffer. Weights or parameters in an on-chip
 buffer stop the run with ``UNSUPPORTED``. Shared weights: a group with ``weights_held`` set
 skips the weight load, because the store still holds its weights — the last weight load was
 of the whole weights at the same DRAM offset (a detection head run over pyramid levels reads
