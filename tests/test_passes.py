@@ -9,7 +9,7 @@ from sfnpu.compiler import ir
 from sfnpu.compiler.groups import fuse
 from sfnpu.compiler.importer import import_model
 from sfnpu.compiler.passes import (drop_dead_nodes, fold_silu, requantize_concat_inputs,
-                                   run_passes)
+                                   run_passes, split_shared_wide_convs)
 from sfnpu.compiler.pipeline import compile_model, run_onnxruntime
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
@@ -166,3 +166,29 @@ def test_run_passes_reports_what_changed(tmp_path):
     graph = import_model(path).graph
     assert run_passes(graph) == (graph, [])
     assert len(fuse(graph)) == 1
+
+
+def test_shared_wide_convolution_splits_into_slices_that_fit(tmp_path):
+    """One 3×3 weight tensor (128 → 96 channels: 12 output blocks of 16 × 9 weight words, 1728
+    words against tiny's 1024-word store) applied to two maps becomes two 48-channel slices
+    per use, concatenated into the original tensors; the program equals onnxruntime. A store
+    that holds the whole layer leaves it whole, and slices that fit are not split again."""
+    net = Net((16, 6, 6), seed=21, name="shared_wide")
+    a = net.op("Relu", [net.conv("x", 16, 128, 3)])
+    b = net.op("Relu", [net.conv(a, 128, 128, 1, stride=2, pads=[0, 0, 0, 0])])
+    w = net.const(net.rng.standard_normal((96, 128, 3, 3)) * np.sqrt(2 / 1152), "w")
+    bias = net.const(net.rng.standard_normal(96) * 0.1, "b")
+    outs = [net.op("Conv", [y, w, bias], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+            for y in (a, b)]
+    path = qdq(tmp_path, net, outs, "shared_wide")
+    compiled, same = identical(path, net)
+    assert same
+    slices = [n for n in compiled.graph.nodes if ".slice" in n.name]
+    assert [n.consts["weight"].shape[0] for n in slices] == [48, 48, 48, 48]
+    assert ops(compiled.graph).count("concat") == 2
+    # Slice by slice across the two maps: each slice's weights are held for the second map.
+    assert sum(i.weights_held for i in compiled.program.instructions) == 2
+    # A store that holds the whole layer: nothing to split.
+    big = TINY.replace(name="big-store", buffer_bytes=(256 * 1024,) * 3)
+    assert not any(".slice" in n.name for n in compile_model(path, big).graph.nodes)
+    assert split_shared_wide_convs(compiled.graph, TINY) == (compiled.graph, False)
