@@ -43,7 +43,8 @@ from typing import Mapping, Sequence
 from sfnpu import isa, layout
 from sfnpu.config import DEVICES, HwConfig, ROW_BUFFER_ROWS
 from sfnpu.hw.limits import (HeldWeights, loads_whole_weights, overflows, stages_input,
-                             staging_buffer, weight_store_after, with_held_weights)
+                             staging_buffer, staging_location, weight_store_after,
+                             with_held_weights)
 from sfnpu.isa import ConvKind, Eltwise, Instruction, Location, MemSpace, Reuse
 
 from .blocks import Blocks, GroupGraph, detect_blocks, operands
@@ -53,8 +54,8 @@ from .ir import Graph
 
 __all__ = [
     "AllocationError", "Policy", "Allocation", "classify", "long_path_tensors", "allocate",
-    "staging", "needs_staging", "frame_weights", "row_weights", "place", "apply_policy", "check_program",
-    "store_overflows",
+    "staging", "needs_staging", "frame_weights", "row_weights", "place", "apply_policy",
+    "check_program", "store_overflows",
     "CheckReport", "Requirements", "requirements", "dense_requirements", "instruction_needs",
     "Budget", "Violation", "GroupTraffic", "Traffic", "traffic", "accesses", "bram18k_eq7",
     "WEIGHT_BUFFER", "PSUM_BYTES",
@@ -162,8 +163,7 @@ def staging(instr: Instruction, config: HwConfig) -> tuple[Location, int] | None
     """(location, bytes) where a frame-mode group stages its DRAM input, or None."""
     if not needs_staging(instr, config):
         return None
-    sc = instr.shortcut if instr.eltwise != Eltwise.NONE else None
-    return isa.buffer(staging_buffer(instr.output, sc), 0), _input_bytes(instr, config)
+    return staging_location(instr), _input_bytes(instr, config)
 
 
 def row_weights(instr: Instruction, config: HwConfig) -> tuple[Location, int] | None:
@@ -536,12 +536,11 @@ def check_program(graph: Graph, groups: Sequence[Group], instructions: Sequence[
     Walks the groups in order and checks: every read finds the tensor at the location its
     writer used; a group's input and shortcut are in different buffers (one read port each);
     a group with ``weights_held`` finds its weights in the weight store (the last load was of
-    the same weights, whole); row-mode groups keep every feature map in DRAM (channel vectors
-    may stay on chip); no
-    write, row-mode weight load or input staging
-    overlaps a tensor that is still to be read (liveness runs to its last reader, so a group's
-    output may not overlap its own operands); on-chip ranges stay inside ``capacity``; network
-    outputs end in DRAM.
+    the same weights, whole); the controller stages an input only where the allocation
+    reserved the area; row-mode groups keep every feature map in DRAM (channel vectors may stay
+    on chip); no write, row-mode weight load or input staging overlaps a tensor that is still
+    to be read (liveness runs to its last reader, so a group's output may not overlap its own
+    operands); on-chip ranges stay inside ``capacity``; network outputs end in DRAM.
     """
     if len(instructions) != len(groups):
         raise AllocationError(f"{len(instructions)} instructions for {len(groups)} groups")
@@ -690,8 +689,8 @@ def instruction_needs(instr: Instruction, config: HwConfig) -> dict[str, int]:
     if instr.conv != ConvKind.NONE:
         if row:
             need["weight_buff"] = layout.weight_bytes(instr, config)               # eq. 1
-        elif frame_weights(instr, config):
-            need["weight_buff"] = frame_weights(instr, config)
+        elif weights := frame_weights(instr, config):
+            need["weight_buff"] = weights
         need["row_buff"] = (ROW_BUFFER_ROWS * instr.in_w                           # eq. 3
                             * layout.channel_blocks(instr.in_c, lanes) * lanes)
         # Eq. 4 for our controller: it sums the input-channel blocks of one output row at a

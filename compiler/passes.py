@@ -4,6 +4,7 @@ onnxruntime's execution of the QDQ model; :func:`run_passes` checks the graph af
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable
 
 import numpy as np
@@ -134,13 +135,13 @@ def split_shared_wide_convs(graph: Graph, config: HwConfig) -> tuple[Graph, bool
     channel-block boundaries; each is requantised exactly as the whole was (same scales), so
     the result is bit-exact."""
     z = StoreSizes.of(config)
-    convs = [n for n in graph.nodes if n.op == "conv" and not n.attrs["depthwise"]]
-    uses: dict[tuple, int] = {}
-    for n in convs:
-        uses[weight_key(n)] = uses.get(weight_key(n), 0) + 1
+    keys = {n.output: weight_key(n) for n in graph.nodes       # outputs are unique
+            if n.op == "conv" and not n.attrs["depthwise"]}
+    uses = Counter(keys.values())
     nodes, tensors, changed = [], dict(graph.tensors), False
     for node in graph.nodes:
-        parts = _slices(node, z) if node in convs and uses[weight_key(node)] > 1 else None
+        shared = node.output in keys and uses[keys[node.output]] > 1
+        parts = _slices(node, z) if shared else None
         if not parts:
             nodes.append(node)
             continue

@@ -28,7 +28,6 @@ in the report (general causes in :data:`DEVIATIONS`, network-specific ones compu
 from __future__ import annotations
 
 import csv
-import hashlib
 import itertools
 import math
 import time
@@ -704,22 +703,15 @@ def _accounting_row(result: NetworkResult, e: Evaluation,
     }
 
 
-def _weight_uses(result: NetworkResult) -> tuple[int, int]:
-    """Dense weight elements of the convolutions per use and once per distinct tensor: a
-    weight shared by several groups (RetinaNet's heads over its pyramid levels) is read by
-    each of them, but is one tensor of the model."""
-    per_use, distinct = 0, {}
-    for g in result.compiled.groups:
-        for n in g.nodes:
-            if n.op == "conv":
-                w = n.consts["weight"]
-                per_use += w.size
-                distinct.setdefault(hashlib.sha1(w.tobytes()).digest(), w.size)
-    return per_use, sum(distinct.values())
+def _weights_per_use(result: NetworkResult) -> int:
+    """Dense weight bytes if every group read its own weights — a tensor shared by several
+    groups (RetinaNet's heads over its pyramid levels) counted once per group."""
+    return sum(math.prod(layout.weight_shape(i)) for i in result.compiled.program.instructions
+               if i.conv != ConvKind.NONE)
 
 
 def _shared_weight_note(result: NetworkResult, e: Evaluation) -> str | None:
-    per_use, distinct = _weight_uses(result)
+    per_use, distinct = _weights_per_use(result), result.weights_once[1]
     if distinct >= per_use:
         return None
     base = result.all_row.traffic

@@ -24,7 +24,7 @@ from .conv_array import depthwise_taps
 
 __all__ = ["StoreSizes", "GroupShape", "group_shape", "overflows", "loads_whole_weights",
            "HeldWeights", "weight_store_after", "with_held_weights", "stages_input",
-           "staging_buffer"]
+           "staging_buffer", "staging_location"]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -136,6 +136,14 @@ def staging_buffer(output: Location, shortcut: Location | None) -> int:
     return next(b for b in range(3) if b not in used)
 
 
+def staging_location(instr: Instruction) -> Location:
+    """Where the group's input is staged: offset 0 of its :func:`staging_buffer` (the
+    shortcut operand counts only when the group has an element-wise stage)."""
+    sc = instr.shortcut if instr.eltwise != Eltwise.NONE else None
+    return Location(offset=0, space=MemSpace(MemSpace.BUF0.value
+                                             + staging_buffer(instr.output, sc)))
+
+
 @dataclass(frozen=True)
 class HeldWeights:
     """Whole weights the weight store holds between groups: the controller keeps their DRAM
@@ -173,10 +181,14 @@ def with_held_weights(instructions: Sequence[Instruction],
     """``instructions`` with ``weights_held`` set exactly where the weight store already holds
     the group's weights — groups sharing a weight tensor back to back (a detection head over
     pyramid levels) read it from DRAM once."""
+    offsets = [i.weights.offset for i in instructions if i.conv != ConvKind.NONE]
+    if len(set(offsets)) == len(offsets):
+        # No two groups share weights (the common case, and the memory search's hot path).
+        return [i.replace(weights_held=0) if i.weights_held else i for i in instructions]
     out, held = [], None
     for instr in instructions:
-        keep = (instr.conv != ConvKind.NONE and held == HeldWeights.of(instr)
-                and loads_whole_weights(instr, config))
+        keep = instr.conv != ConvKind.NONE and held == HeldWeights.of(instr) \
+            and loads_whole_weights(instr, config)
         if bool(instr.weights_held) != keep:
             instr = instr.replace(weights_held=int(keep))
         held = weight_store_after(held, instr, config)

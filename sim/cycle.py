@@ -47,8 +47,8 @@ from typing import Sequence
 
 from sfnpu import image, isa, layout
 from sfnpu.config import ROW_BUFFER_ROWS, HwConfig
-from sfnpu.hw.limits import StoreSizes, group_shape, stages_input, staging_buffer
-from sfnpu.isa import Activation, ConvKind, Eltwise, Instruction, MemSpace, Pool, Reuse
+from sfnpu.hw.limits import StoreSizes, group_shape, stages_input, staging_location
+from sfnpu.isa import Activation, Eltwise, Instruction, MemSpace, Pool, Reuse
 
 __all__ = ["CycleModel", "GroupTiming", "ModelRun", "Comparison", "compare",
            "GROUP_TOLERANCE", "RUN_TOLERANCE"]
@@ -212,10 +212,8 @@ class CycleModel:
         bounds = []
         # A staged input (hw.limits.stages_input) comes from DRAM in the first chunk and from
         # the staging buffer in the others.
-        later = instr
-        if stages_input(instr, cfg):
-            sc = instr.shortcut if instr.eltwise != Eltwise.NONE else None
-            later = instr.replace(input=isa.buffer(staging_buffer(instr.output, sc), 0))
+        later = instr.replace(input=staging_location(instr)) if stages_input(instr, cfg) \
+            else instr
         for k, obs in enumerate(chunks):
             if loads_weights:
                 w_len = (s.in_blocks * s.taps * L if s.depthwise
