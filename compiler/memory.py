@@ -44,7 +44,7 @@ from sfnpu import isa, layout
 from sfnpu.config import DEVICES, HwConfig, ROW_BUFFER_ROWS
 from sfnpu.hw.limits import (HeldWeights, loads_whole_weights, overflows, stages_input,
                              staging_buffer, staging_location, weight_store_after,
-                             with_held_weights)
+                             weight_reads, with_held_weights)
 from sfnpu.isa import ConvKind, Eltwise, Instruction, Location, MemSpace, Reuse
 
 from .blocks import Blocks, GroupGraph, detect_blocks, operands
@@ -930,8 +930,10 @@ def traffic(instructions: Sequence[Instruction], config: HwConfig,
         dense = dict.fromkeys(got, 0)
         for acc in accesses(instr, config):
             if acc.space == MemSpace.DRAM:
-                got[acc.operand] += acc.end - acc.start
-                dense[acc.operand] += _dense_bytes(instr, acc.operand)
+                # A row-mode layer past the weight store streams its weights once per row.
+                times = weight_reads(instr, config) if acc.operand == "weights" else 1
+                got[acc.operand] += times * (acc.end - acc.start)
+                dense[acc.operand] += times * _dense_bytes(instr, acc.operand)
         per.append(GroupTraffic(got["input"] + got["shortcut"], got["output"],
                                 got["weights"], got["params"],
                                 dense["input"] + dense["shortcut"] + dense["output"],

@@ -116,6 +116,27 @@ def loads_whole_weights(instr: Instruction, config: HwConfig) -> bool:
     return group_shape(instr, z).weight_steps <= z.weight_words
 
 
+def streams_weights(instr: Instruction, config: HwConfig) -> bool:
+    """Whether the controller streams the group's weights from DRAM once per conv output row:
+    row reuse of a normal convolution whose weights exceed the weight store."""
+    if instr.reuse != Reuse.ROW or instr.conv != ConvKind.NORMAL:
+        return False
+    z = StoreSizes.of(config)
+    return group_shape(instr, z).weight_steps > z.weight_words
+
+
+def weight_reads(instr: Instruction, config: HwConfig) -> int:
+    """How many times the group's weights cross the DRAM bus: none when it has none or the
+    store holds them (``weights_held``), once per conv output row when it streams them
+    (:func:`streams_weights`), else once (whole, or in frame-reuse chunks that together
+    read every block once)."""
+    if instr.conv == ConvKind.NONE or instr.weights_held:
+        return 0
+    if streams_weights(instr, config):
+        return layout.conv_output_hw(instr)[0]
+    return 1
+
+
 def stages_input(instr: Instruction, config: HwConfig) -> bool:
     """Whether the controller stages the group's input on chip: a frame-reuse convolution
     whose weights it takes in several output-channel chunks reads a DRAM input once, during
@@ -171,7 +192,7 @@ def weight_store_after(held: HeldWeights | None, instr: Instruction,
         return held
     if loads_whole_weights(instr, config):
         return HeldWeights.of(instr)
-    if instr.reuse == Reuse.ROW and instr.conv == ConvKind.NORMAL:
+    if streams_weights(instr, config):
         return held
     return None
 

@@ -47,7 +47,8 @@ from typing import Sequence
 
 from sfnpu import image, isa, layout
 from sfnpu.config import ROW_BUFFER_ROWS, HwConfig
-from sfnpu.hw.limits import StoreSizes, group_shape, stages_input, staging_location
+from sfnpu.hw.limits import (StoreSizes, group_shape, stages_input, staging_location,
+                             streams_weights)
 from sfnpu.isa import Activation, Eltwise, Instruction, MemSpace, Pool, Reuse
 
 __all__ = ["CycleModel", "GroupTiming", "ModelRun", "Comparison", "compare",
@@ -171,8 +172,8 @@ class CycleModel:
         if too_big and frame:
             chunk_obs = min(g.out_blocks, self.weight_words // (g.ib * g.steps))
         return _Shape(g.depthwise, g.identity, g.in_blocks, g.out_blocks, g.ib, g.conv_h,
-                      g.conv_w, g.steps, g.taps, g.row_words, g.places, too_big and not frame,
-                      chunk_obs)
+                      g.conv_w, g.steps, g.taps, g.row_words, g.places,
+                      streams_weights(instr, self.config), chunk_obs)
 
     def _chunks(self, s: _Shape) -> list[int]:
         full, rest = divmod(s.out_blocks, s.chunk_obs)

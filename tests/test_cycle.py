@@ -9,9 +9,9 @@ the hardware parameters move it.
 import pytest
 
 from netbuild import Net
-from sfnpu import layout
+from sfnpu import image, isa, layout
 from sfnpu.compiler.blocks import detect_blocks
-from sfnpu.compiler.memory import Policy, apply_policy
+from sfnpu.compiler.memory import Policy, apply_policy, traffic
 from sfnpu.config import get_config
 from sfnpu.hw.conv_array import row_cycles
 from sfnpu.hw.row_buffer import window_params, window_schedule
@@ -27,18 +27,23 @@ def compiled(request, tmp_path_factory):
     return compiled_image(tmp_path_factory.mktemp(net.name), net, outputs, get_config("tiny"))
 
 
-def test_dram_bytes_follow_the_layouts(compiled):
-    """Writes: exactly the output ranges; reads: at least every DRAM operand once (inputs per
-    output-channel chunk, streamed weights per output row), in whole bus words."""
+def test_dram_bytes_are_the_exact_traffic(compiled):
+    """Each group moves exactly the bytes :func:`memory.traffic` counts (every operand's
+    layout range once, streamed weights once per conv output row), plus its own instruction
+    fetch (and the image header before the first group), in whole bus words."""
     config = get_config("tiny")
     comp, blob = compiled
-    run = CycleModel(config).run(blob)
-    for instr, g in zip(comp.program.instructions, run.groups):
-        ranges = layout.accesses(instr, config)
-        assert g.write_bytes == sum(a.end - a.start for a in ranges
-                                    if a.write and a.space == MemSpace.DRAM)
-        once = sum(a.end - a.start for a in ranges if not a.write and a.space == MemSpace.DRAM)
-        assert g.read_bytes >= once
+    model = CycleModel(config)
+    run = model.run(blob)
+    img = image.unpack(blob, config)
+    first = img.layout.of_kind(image.SectionKind.INSTRUCTIONS)[0].offset
+    header = (model.beats(0, image.HEADER.size)
+              + model.beats(image.HEADER.size, len(img.layout.sections) * image.SECTION.size))
+    exact = traffic(comp.program.instructions, config)
+    for k, (g, t) in enumerate(zip(run.groups, exact.groups)):
+        fetch = model.beats(first + k * isa.WORDS * 4, isa.WORDS * 4) + (header if k == 0 else 0)
+        assert g.write_bytes == t.fm_write
+        assert g.read_bytes == t.fm_read + t.weights + t.params + fetch * config.dram_bus_bytes
         assert g.read_bytes % config.dram_bus_bytes == 0
 
 
@@ -57,8 +62,11 @@ def test_frame_reuse_reads_weights_once():
     row_group = model.run(blob).groups[-1]
     frame_group = model.run(frame.instructions).groups[-1]
     weights = layout.weight_bytes(comp.program.instructions[-1], config)
-    assert row_group.read_bytes >= weights * comp.program.instructions[-1].out_h
+    rows = comp.program.instructions[-1].out_h
+    assert row_group.read_bytes >= weights * rows
     assert frame_group.read_bytes < 2 * weights
+    assert traffic(comp.program.instructions, config).groups[-1].weights == weights * rows
+    assert traffic(frame.instructions, config).groups[-1].weights == weights
 
 
 @pytest.mark.parametrize("kernel, stride, group", [(3, 1, 1), (3, 2, 1), (5, 2, 16),
