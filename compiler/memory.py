@@ -467,6 +467,14 @@ def store_overflows(instructions: Sequence[Instruction], groups: Sequence[Group]
             for problem in _overflows(instr, config, buffers)]
 
 
+def weights_read_again(instructions: Sequence[Instruction],
+                       config: HwConfig) -> list["Violation"]:
+    """Constraint 10 (weights read from DRAM exactly once) for every placed group: row reuse
+    past the weight store streams the weights once per conv output row."""
+    return [Violation(WEIGHT_READS, reads, 1, n) for n, instr in enumerate(instructions)
+            if (reads := weight_reads(instr, config)) > 1]
+
+
 def apply_policy(compiled, policy: Policy, blocks: Blocks | None = None) -> Program:
     """A copy of ``compiled.program`` running ``policy``: reuse modes and locations rewritten,
     nothing re-packed (DRAM scratch of tensors now on chip stays allocated, unused).
@@ -809,6 +817,10 @@ def dense_requirements(instructions: Sequence[Instruction], config: HwConfig) ->
 # Budgets
 # --------------------------------------------------------------------------------------------
 
+#: The resource of a :class:`Violation` of constraint 10's "weights read once".
+WEIGHT_READS = "weight reads"
+
+
 @dataclass(frozen=True)
 class Violation:
     resource: str
@@ -817,7 +829,8 @@ class Violation:
     group: int        # the group that sets the requirement (-1: the allocation as a whole)
 
     def __str__(self) -> str:
-        unit = "BRAM18K" if self.resource == "BRAM18K" else "B"
+        unit = {"BRAM18K": "BRAM18K", WEIGHT_READS: "passes over the weights"}.get(
+            self.resource, "B")
         who = f" (group {self.group})" if self.group >= 0 else ""
         return f"{self.resource} needs {self.need} {unit}{who} > {self.have} {unit}"
 

@@ -11,7 +11,7 @@ import pytest
 
 from sfnpu import isa, layout
 from sfnpu.compiler.blocks import detect_blocks
-from sfnpu.compiler.cutpoints import (NoFeasiblePolicy, conv_macs, count_policies,
+from sfnpu.compiler.cutpoints import (LATENCY_TIE, NoFeasiblePolicy, conv_macs, count_policies,
                                       cut_policies, double_cut_policies, evaluate,
                                       long_path_options, model_latency, search, select,
                                       single_cut_policies)
@@ -99,7 +99,12 @@ def test_search_minimises_the_given_latency(resnet18):
     compiled, blocks = resnet18
     result = search(compiled, blocks=blocks)
     assert result.best.feasible and len(result.evaluations) == len(blocks) + 1
-    assert result.best.latency == min(e.latency for e in result.feasible)
+    # The objective: the least DRAM traffic among the latencies within LATENCY_TIE of the
+    # fastest.
+    fastest = min(e.latency for e in result.feasible)
+    ties = [e for e in result.feasible if e.latency <= fastest * (1 + LATENCY_TIE)]
+    assert result.best.latency <= fastest * (1 + LATENCY_TIE)
+    assert result.best.traffic.total == min(e.traffic.total for e in ties)
     # Any latency callable: one that prefers row reuse picks the most row-mode groups that fit.
     rowish = search(compiled, blocks=blocks,
                     latency=lambda i: 1.0 if i.reuse == Reuse.ROW else 2.0)
@@ -155,7 +160,12 @@ def test_yolov3_double_cut_identical_to_onnxruntime(yolov3):
     result = search(compiled, blocks=blocks)
     assert long_path_options(compiled, blocks) == (False, True)
     assert len(result.evaluations) == 2 * (blocks.cut + 1) * (len(blocks) - blocks.cut + 1)
-    assert result.best.latency == min(e.latency for e in result.feasible)
+    # The objective: the least DRAM traffic among the latencies within LATENCY_TIE of the
+    # fastest.
+    fastest = min(e.latency for e in result.feasible)
+    ties = [e for e in result.feasible if e.latency <= fastest * (1 + LATENCY_TIE)]
+    assert result.best.latency <= fastest * (1 + LATENCY_TIE)
+    assert result.best.traffic.total == min(e.traffic.total for e in ties)
     # The fastest policy that switches modes (on ROOMY the fastest overall may be all frame):
     # rows and frames, on-chip tensors, long paths held, bit-exact on the golden model.
     mixed = select([e for e in result.evaluations

@@ -10,14 +10,14 @@ import numpy as np
 import onnx
 import pytest
 
-from sfnpu import isa
+from sfnpu import isa, layout
 from sfnpu.compiler import builders
 from sfnpu.compiler.blocks import BlockKind, detect_blocks
 from sfnpu.compiler.codegen import CodegenError
 from sfnpu.compiler.cutpoints import evaluate
-from sfnpu.compiler.memory import (AllocationError, Budget, Policy, allocate, apply_policy,
-                                   check_program, dense_requirements, frame_weights, place,
-                                   requirements, staging, traffic)
+from sfnpu.compiler.memory import (WEIGHT_READS, AllocationError, Budget, Policy, Violation,
+                                   allocate, apply_policy, check_program, dense_requirements,
+                                   frame_weights, place, requirements, staging, traffic)
 from sfnpu.compiler.pipeline import compile_model, run_onnxruntime
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
@@ -218,7 +218,13 @@ def test_frame_weights_beyond_the_store_are_infeasible(tmp_path):
         apply_policy(compiled, frame, blocks)
     verdict = evaluate(compiled, blocks, frame, Budget.of(TINY))
     assert not verdict.feasible and message in verdict.error
-    assert evaluate(compiled, blocks, Policy.uniform(blocks, Reuse.ROW), Budget.of(TINY)).error is None
+    row = evaluate(compiled, blocks, Policy.uniform(blocks, Reuse.ROW), Budget.unlimited())
+    # Row reuse runs, streaming the weights once per output row: even with unlimited buffers
+    # it breaks constraint 10, and its traffic counts every pass.
+    assert row.error is None and not row.feasible
+    assert row.violations == (Violation(WEIGHT_READS, 4, 1, 0),)
+    weights = layout.weight_bytes(compiled.program.instructions[0], TINY)
+    assert row.traffic.weights == 4 * weights
 
 
 # --------------------------------------------------------------------------------------------

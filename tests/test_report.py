@@ -10,7 +10,8 @@ import pytest
 from sfnpu import cli, layout
 from sfnpu.compiler import reports
 from sfnpu.compiler.blocks import detect_blocks
-from sfnpu.compiler.cutpoints import conv_macs, cut_policies, evaluate, search
+from sfnpu.compiler.cutpoints import (LATENCY_TIE, conv_macs, cut_policies, evaluate,
+                                      search)
 from sfnpu.compiler.memory import Budget, allocate, dense_requirements, place
 from sfnpu.compiler.paper_reference import TABLE_IV, TABLE_VI
 from sfnpu.compiler.pipeline import compile_model
@@ -99,6 +100,14 @@ def test_dense_traffic_counts_c_h_w_bytes(report):
     assert int(row["dram_fm_B"]) - dense >= (64 - 3) * first.in_h * first.in_w
 
 
+def fastest(candidates):
+    """The latency objective: the least DRAM traffic among the candidates whose latency is
+    within LATENCY_TIE of the fastest."""
+    best = min(e.latency for e in candidates)
+    return min((e for e in candidates if e.latency <= best * (1 + LATENCY_TIE)),
+               key=lambda e: (e.traffic.total, e.latency, e.sram))
+
+
 def test_summary_tables_equal_the_searches(report):
     out, compiled, blocks = report
     (ii,) = read_csv(out / "table_ii.csv")
@@ -109,18 +118,23 @@ def test_summary_tables_equal_the_searches(report):
     iv = {(r["budget"], r["objective"]): r for r in read_csv(out / "table_iv.csv")}
     assert set(iv) == {(b, o) for b in ("config", "bram") for o in ("latency", "dram")}
     budgeted = search(compiled, Budget.of(KCU), blocks=blocks)
-    fastest = min(budgeted.feasible, key=lambda e: e.latency)
     least = min(budgeted.feasible, key=lambda e: (e.traffic.total, e.latency, e.sram))
-    assert budgeted.best.latency == fastest.latency      # the search's objective: eq. 10
+    # The search's objective (eq. 10): the least traffic among the fastest, up to LATENCY_TIE.
+    assert budgeted.best == fastest(budgeted.feasible)
     all_row = next(e for e in sweep.evaluations if set(e.policy.modes) == {Reuse.ROW})
+    # Everything once: the all-row policy's maps and parameters, every weight tensor once
+    # (a row-mode layer past the weight store streams its weights once per row).
+    weights = {i.weights.offset: layout.weight_bytes(i, KCU)
+               for i in compiled.program.instructions if i.conv != ConvKind.NONE}
+    once = all_row.traffic.fm + all_row.traffic.params + sum(weights.values())
+    assert all_row.traffic.total > once
     macs = sum(conv_macs(i) for i in compiled.program.instructions)
     for objective, chosen in (("latency", budgeted.best), ("dram", least)):
         row = iv[("config", objective)]
         assert (row["policy"], int(row["fm_B"]), int(row["offchip_total_B"]),
                 int(row["total_once_B"])) == (chosen.policy.label, chosen.traffic.fm,
-                                              chosen.traffic.total, all_row.traffic.total)
-        assert float(row["reduction"]) == \
-            round(1 - chosen.traffic.total / all_row.traffic.total, 4)
+                                              chosen.traffic.total, once)
+        assert float(row["reduction"]) == round(1 - chosen.traffic.total / once, 4)
         # Latency, GOPS and MAC efficiency: the cycle model's, for that policy's program.
         seconds = chosen.latency / (KCU.clock_mhz * 1e6)
         assert float(row["latency"]) == round(seconds * 1e3, 3)
@@ -130,8 +144,7 @@ def test_summary_tables_equal_the_searches(report):
     # Per-network buffers: the sweep's candidates within the BRAM18K limit of eq. 10 (no
     # Table IV entry for this network: the whole device).
     bram = [e for e in sweep.feasible if e.requirements.bram18k <= Budget.of(KCU).bram18k]
-    assert iv[("bram", "latency")]["policy"] == \
-        min(bram, key=lambda e: (e.latency, e.traffic.total, e.sram)).policy.label
+    assert iv[("bram", "latency")]["policy"] == fastest(bram).policy.label
     assert iv[("bram", "dram")]["policy"] == \
         min(bram, key=lambda e: (e.traffic.total, e.latency, e.sram)).policy.label
 
