@@ -108,6 +108,32 @@ def fastest(candidates):
                key=lambda e: (e.traffic.total, e.latency, e.sram))
 
 
+def test_layer_wise_once_counts_the_onnx_conv_layers(report):
+    """The reconstructed everything-once total, from the compiled groups, equals the same count
+    over the ONNX graph's Conv, Add and Gemm nodes (shape inference, dense bytes)."""
+    out, compiled, blocks = report
+    model = onnx.shape_inference.infer_shapes(onnx.load(out / "models" / "resnet18_64.qdq.onnx"))
+    g = model.graph
+    shape = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+             for v in (*g.value_info, *g.input, *g.output)}
+    init = {i.name: tuple(i.dims) for i in g.initializer}
+    producer = {o: n for n in g.node for o in n.output}
+
+    def weight(name):
+        while name not in init:                 # through DequantizeLinear to the tensor
+            name = producer[name].input[0]
+        return math.prod(init[name])
+
+    conv_io = sum(math.prod(shape[n.input[0]]) + math.prod(shape[n.output[0]])
+                  for n in g.node if n.op_type == "Conv")
+    shortcuts = sum(math.prod(shape[n.output[0]]) for n in g.node if n.op_type == "Add")
+    weights = sum(weight(n.input[1]) for n in g.node if n.op_type == "Conv")
+    classifier = sum(weight(n.input[1]) for n in g.node if n.op_type == "Gemm")
+    assert classifier == 512 * 1000
+    assert reports.LayerWiseOnce.of(compiled, blocks) == \
+        reports.LayerWiseOnce(conv_io, shortcuts, weights, classifier)
+
+
 def test_summary_tables_equal_the_searches(report):
     out, compiled, blocks = report
     (ii,) = read_csv(out / "table_ii.csv")
