@@ -257,7 +257,10 @@ class CycleModel:
         p = s.steps
         f0 = fetch_cycles(instr.kh, instr.kw, instr.sw, True)
         f1 = fetch_cycles(instr.kh, instr.kw, instr.sw, False)
-        row = passes * (max(p, f0) + (s.conv_w - 1) * max(p, f1))
+        pass_cycles = max(p, f0) + (s.conv_w - 1) * max(p, f1)
+        row = passes * pass_cycles
+        # An output block's results leave the array in its last input-block pass.
+        block_cycles = s.ib * pass_cycles
         capacity = ROW_BUFFER_ROWS * s.places
         local_free = [0]                                   # the on-chip input reader
         fifo_rows = max(1, self.row_words_max // s.row_words)
@@ -342,7 +345,8 @@ class CycleModel:
             the post chain and command their writes."""
             py, post, last_write = post_state
             while py < pooled_h:
-                need, cost = self._post_row(instr, s, obs, py, pooled_h, pooled_w)
+                need, cost = self._post_row(instr, s, obs, py, pooled_h, pooled_w,
+                                            block_cycles)
                 if need > computed:
                     break
                 if instr.pool in (Pool.AVG, Pool.GLOBAL_AVG):
@@ -416,10 +420,11 @@ class CycleModel:
         return ceil(cycles), read, write, bound
 
     def _post_row(self, instr: Instruction, s: _Shape, obs: int, py: int, pooled_h: int,
-                  pooled_w: int) -> tuple[int, int]:
+                  pooled_w: int, block_cycles: int) -> tuple[int, int]:
         """(last conv row needed, cycles) of pooled row ``py`` in the post chain, which passes
         one word per cycle except in the average pool (a window sum per output pixel) and the
-        global average pool (one requantiser for every lane of a block)."""
+        global average pool (one requantiser for every lane of a block). ``block_cycles``: the
+        array's cycles between two output blocks' results in a row."""
         from sfnpu.hw.avgpool import _MAX_KERNEL as line_buffers, Float32Divider
         from sfnpu.hw.requant import Requantizer
 
@@ -428,9 +433,16 @@ class CycleModel:
         if instr.pool == Pool.NONE:
             return py, max(words, up * obs * pooled_w)
         if instr.pool == Pool.GLOBAL_AVG:
-            # A block's sums are requantised lane by lane after its last beat; the next
-            # block's last beat waits for that unless its last segment is longer.
-            return s.conv_h - 1, obs * max(1, self.L + Requantizer.LATENCY + 2 - s.conv_w)
+            # GlobalAvgPool: a block's sums are fed to the one requantiser lane by lane after
+            # its last beat, its output beat is ready L + LATENCY + 1 cycles after that beat,
+            # and the next block's last beat is taken only once the output has left (one
+            # cycle later). The last row's blocks arrive block_cycles apart from the array;
+            # the cost counts from the last block's last result.
+            output = self.L + Requantizer.LATENCY + 1
+            last = -(obs - 1) * block_cycles
+            for b in range(1, obs):
+                last = max(-(obs - 1 - b) * block_cycles, last + output + 1)
+            return s.conv_h - 1, last + output
         k, stride, pad = instr.pool_size, instr.pool_stride, instr.pool_pad
         first = py * stride - pad
         need = min(first + k, s.conv_h) - 1
