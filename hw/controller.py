@@ -105,11 +105,22 @@ from .dma import Direction, DmaEngine
 from .limits import StoreSizes
 from .requant import Requantizer
 
-__all__ = ["GroupController", "INSTRUCTION_BYTES", "POST_WORDS"]
+__all__ = ["GroupController", "INSTRUCTION_BYTES", "POST_WORDS", "RESULT_FIFO_DEPTH",
+           "results_in_flight"]
 
 INSTRUCTION_BYTES = isa.WORDS * isa.WORD_BITS // 8
 #: The post record (:data:`sfnpu.layout.POST_RECORD`) as 32-bit words.
 POST_WORDS = layout.POST_RECORD.itemsize // 4
+#: Words of the result FIFO between the requantisers and the post-processing chain.
+RESULT_FIFO_DEPTH = 32
+
+
+def results_in_flight(config) -> int:
+    """Results still on their way to the result FIFO after the array takes a step (array,
+    partial-sum stage, requantiser): the datapath holds while the FIFO's level plus these
+    would overflow it."""
+    return array_latency(config) + 1 + Requantizer.LATENCY + 2
+
 _STAGE = {name: k for k, name in enumerate(layout.STAGES)}
 _POST_FIELD_WORD = {name: layout.POST_RECORD.fields[name][1] // 4
                     for name in layout.POST_RECORD.names}
@@ -361,7 +372,7 @@ class GroupController(wiring.Component):
         m.submodules.datapath = datapath
         in_fifo = ResetInserter(flush)(SyncFIFO(width=8 * L, depth=self.row_words))
         m.submodules.in_fifo = in_fifo
-        result_depth = 32
+        result_depth = RESULT_FIFO_DEPTH
         m.submodules.result_fifo = result_fifo = ResetInserter(flush)(
             SyncFIFO(width=8 * L, depth=result_depth))
         m.submodules.write_fifo = write_fifo = ResetInserter(flush)(
@@ -793,7 +804,7 @@ class GroupController(wiring.Component):
             result_fifo.w_en.eq(requant_valid),
         ]
         # Results in flight after the array takes a step: array, psum stage, requantiser.
-        in_flight = array_latency(cfg) + 1 + Requantizer.LATENCY + 2
+        in_flight = results_in_flight(cfg)
         assert result_depth > 2 * in_flight
         hold = Signal()
         m.d.comb += [hold.eq(result_fifo.level + in_flight >= result_depth), dp.hold.eq(hold)]

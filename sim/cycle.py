@@ -26,7 +26,8 @@ schedule: input rows arrive through the DMA engine's bursts (a command accepted 
 previous one has issued its bursts, addresses ``ISSUE_LATENCY`` cycles after acceptance, at
 most ``outstanding`` bursts in flight, data ``latency`` cycles after the address), the row
 buffer holds ``6 · places`` rows, each output row takes :func:`~sfnpu.hw.conv_array.row_cycles`
-once its input rows are present, the post-processing chain passes one word per cycle, the
+once its input rows are present, the post-processing chain passes one word per cycle (the
+average pool sums window by window and holds the array when the result FIFO fills), the
 output writer takes a chunk once all its words are in the write buffer, and the group ends
 when the last output chunk's write response is back (its last word, for an on-chip output).
 The output rows' writes are commanded as the rows leave the post-processing chain, and the
@@ -257,7 +258,10 @@ class CycleModel:
         p = s.steps
         f0 = fetch_cycles(instr.kh, instr.kw, instr.sw, True)
         f1 = fetch_cycles(instr.kh, instr.kw, instr.sw, False)
-        row = passes * (max(p, f0) + (s.conv_w - 1) * max(p, f1))
+        pass_cycles = max(p, f0) + (s.conv_w - 1) * max(p, f1)
+        row = passes * pass_cycles
+        # An output block's results leave the array in its last input-block pass.
+        block_cycles = s.ib * pass_cycles
         capacity = ROW_BUFFER_ROWS * s.places
         local_free = [0]                                   # the on-chip input reader
         fifo_rows = max(1, self.row_words_max // s.row_words)
@@ -337,39 +341,54 @@ class CycleModel:
         latency = _post_latency(instr)
         post_state = [0, 0, 0]                            # next pooled row, post, last write
 
+        def write_row(done, span, last_write):
+            """Command the writes of a pooled row whose last word is in the write buffer at
+            ``done``, its words having entered over ``span`` cycles; the local writer's end."""
+            if out_dram:
+                # segments complete evenly over the row; each is commanded once its
+                # words are in the write buffer, the last one when the row is done
+                for k in range(commands):
+                    dram.write(done - span + (k + 1) * span // commands,
+                               last_segment if (k + 1) % per_block == 0 else chunk * L)
+            else:
+                # The local writer takes a chunk once all its words are in the write
+                # buffer and it is idle: a grant cycle, then a word per cycle. Its chunks
+                # complete evenly over the row.
+                span = max(span, 1)
+                for k in range(commands):
+                    ready = done - span + _ceil_div((k + 1) * span, commands)
+                    words = last_segment // L \
+                        if (k + 1) % (commands // (obs * rows_out)) == 0 else chunk
+                    last_write = max(last_write, ready) + words + 1
+            return last_write
+
+        avg = _AvgSchedule(self, instr, s, obs, pooled_w, pooled_h, p, f0, f1, pass_cycles,
+                           row, latency - 2) if instr.pool == Pool.AVG else None
+
         def post_rows(computed):
             """Pass the pooled rows whose conv rows are all out (up to ``computed``) through
             the post chain and command their writes."""
             py, post, last_write = post_state
+            if avg is not None:
+                for done, span in avg.advance(computed, results):
+                    last_write = write_row(done, span, last_write)
+                post_state[2] = last_write
+                return
             while py < pooled_h:
-                need, cost = self._post_row(instr, s, obs, py, pooled_h, pooled_w)
+                need, cost = self._post_row(instr, s, obs, py, pooled_h, pooled_w,
+                                            block_cycles)
                 if need > computed:
                     break
-                if instr.pool in (Pool.AVG, Pool.GLOBAL_AVG):
+                if instr.pool == Pool.GLOBAL_AVG:
                     post = max(post, results[need]) + cost
                 else:
                     # The upsampler replays a row (two beats per pixel) after its last
                     # pixel arrived.
                     replay = 2 * obs * pooled_w if instr.upsample else 0
                     post = max(post + cost, results[need] + replay)
-                done = post + latency
-                if out_dram:
-                    # segments complete evenly over the row; each is commanded once its
-                    # words are in the write buffer, the last one when the row is done
-                    span = max(cost, row if instr.pool == Pool.NONE else cost)
-                    for k in range(commands):
-                        dram.write(done - span + (k + 1) * span // commands,
-                                   last_segment if (k + 1) % per_block == 0 else chunk * L)
-                else:
-                    # The local writer takes a chunk once all its words are in the write
-                    # buffer and it is idle: a grant cycle, then a word per cycle. Its chunks
-                    # complete evenly over the row.
-                    span = max(cost, 1)
-                    for k in range(commands):
-                        ready = done - span + _ceil_div((k + 1) * span, commands)
-                        words = last_segment // L \
-                            if (k + 1) % (commands // (obs * rows_out)) == 0 else chunk
-                        last_write = max(last_write, ready) + words + 1
+                span = max(cost, row if instr.pool == Pool.NONE else cost) if out_dram \
+                    else cost
+                last_write = write_row(post + latency, span, last_write)
                 py += 1
             post_state[:] = py, post, last_write
 
@@ -387,7 +406,11 @@ class CycleModel:
             # rows that fit behind this one are commanded meanwhile
             fetch_rows(min(instr.in_h - 1, max(oy * instr.sh - instr.pad_top, 0) + capacity),
                        move=False)
+            if avg is not None:
+                start = avg.resume_row(oy, start)
             end = start + row
+            if avg is not None:
+                end = avg.held_row(oy, start, end)
             if s.streaming:
                 weights = dram.read(start - row if oy else 0, w_row_bytes, obs * s.ib)
                 end = max(end, dram.finish(weights) + p)
@@ -416,11 +439,11 @@ class CycleModel:
         return ceil(cycles), read, write, bound
 
     def _post_row(self, instr: Instruction, s: _Shape, obs: int, py: int, pooled_h: int,
-                  pooled_w: int) -> tuple[int, int]:
+                  pooled_w: int, block_cycles: int) -> tuple[int, int]:
         """(last conv row needed, cycles) of pooled row ``py`` in the post chain, which passes
-        one word per cycle except in the average pool (a window sum per output pixel) and the
-        global average pool (one requantiser for every lane of a block)."""
-        from sfnpu.hw.avgpool import _MAX_KERNEL as line_buffers, Float32Divider
+        one word per cycle except in the global average pool (one requantiser for every lane
+        of a block); the average pool has its own schedule (:class:`_AvgSchedule`).
+        ``block_cycles``: the array's cycles between two output blocks' results in a row."""
         from sfnpu.hw.requant import Requantizer
 
         words = obs * s.conv_w                             # one conv row
@@ -428,27 +451,22 @@ class CycleModel:
         if instr.pool == Pool.NONE:
             return py, max(words, up * obs * pooled_w)
         if instr.pool == Pool.GLOBAL_AVG:
-            # A block's sums are requantised lane by lane after its last beat; the next
-            # block's last beat waits for that unless its last segment is longer.
-            return s.conv_h - 1, obs * max(1, self.L + Requantizer.LATENCY + 2 - s.conv_w)
+            # GlobalAvgPool: a block's sums are fed to the one requantiser lane by lane after
+            # its last beat, its output beat is ready L + LATENCY + 1 cycles after that beat,
+            # and the next block's last beat is taken only once the output has left (one
+            # cycle later). The last row's blocks arrive block_cycles apart from the array;
+            # the cost counts from the last block's last result.
+            output = self.L + Requantizer.LATENCY + 1
+            last = -(obs - 1) * block_cycles
+            for b in range(1, obs):
+                last = max(-(obs - 1 - b) * block_cycles, last + output + 1)
+            return s.conv_h - 1, last + output
         k, stride, pad = instr.pool_size, instr.pool_stride, instr.pool_pad
         first = py * stride - pad
         need = min(first + k, s.conv_h) - 1
         previous = min((py - 1) * stride - pad + k, s.conv_h) if py else 0
         new_rows = need + 1 - previous
-        if instr.pool == Pool.MAX:
-            return need, max(new_rows * words, up * obs * pooled_w)
-        rows = min(first + k, s.conv_h) - max(first, 0)
-        divide = Float32Divider.iterations(self.AVG_DIVIDER_BITS) + 2
-        per_block = 0
-        for ox in range(pooled_w):
-            x0 = ox * stride - pad
-            m = rows * (min(x0 + k, s.conv_w) - max(x0, 0))
-            per_block += max(2 * m + 4, divide)
-        # Three line buffers: the window's rows stay while its pixels are summed, so only
-        # the new rows beyond the free buffers wait for the row's last window.
-        waiting = max(0, new_rows - (line_buffers - rows))
-        return need, obs * per_block + waiting * words
+        return need, max(new_rows * words, up * obs * pooled_w)          # Pool.MAX
 
     # -- programs ---------------------------------------------------------------------------
 
@@ -679,6 +697,152 @@ class _Dram:
         if not head[1]:
             self._complete(write, last)
         return True
+
+
+class _AvgSchedule:
+    """The average pool (:class:`sfnpu.hw.avgpool.AvgPool`) behind the array, conv row by conv
+    row, and the hold it puts on the array.
+
+    Input: the pool takes a conv row a word per cycle once the row is storable (its three line
+    buffers keep rows ``max(u, 0)`` … ``+ 2`` of the output row being walked, ``u`` its first
+    window row) and once the row's words have come through the post stages ahead of it.
+
+    Walk: a window of ``m`` elements takes ``2m + 4`` cycles from NEXT to its sum (NEXT, an
+    element every other cycle, the sum's three stages, SUM); the sum waits in SUM while the
+    hand-over register is full, and the first divider empties it when idle (one division every
+    ``iterations + 2`` cycles). An output row's first window starts once its last row is stored.
+
+    Hold: while the pool walks, the stages ahead of it fill (a word each), then the result
+    FIFO up to the datapath's hold level; the array stops ``in_flight`` steps after the step
+    whose result reaches that level and steps again once the pool has taken the results that
+    landed after it."""
+
+    def __init__(self, model: "CycleModel", instr: Instruction, s: _Shape, obs: int,
+                 pooled_w: int, pooled_h: int, p: int, f0: int, f1: int, pass_cycles: int,
+                 row: int, stages: int):
+        from sfnpu.hw.avgpool import _MAX_KERNEL, Float32Divider
+        from sfnpu.hw.controller import RESULT_FIFO_DEPTH, results_in_flight
+
+        self.k, self.stride, self.pad = instr.pool_size, instr.pool_stride, instr.pool_pad
+        self.obs, self.pooled_w, self.pooled_h = obs, pooled_w, pooled_h
+        self.conv_w, self.H, self.W = s.conv_w, s.conv_h, obs * s.conv_w
+        self.ib = s.ib
+        self.pass_cycles, self.row = pass_cycles, row
+        self.first_step = max(p, f0) - 1        # a pass's first result: its pixel's last step
+        self.pixel_step = max(p, f1)
+        self.in_flight = results_in_flight(model.config)
+        self.hold_level = RESULT_FIFO_DEPTH - self.in_flight
+        self.stages = stages                    # post stages ahead of the pool: a word each
+        # A step's result: result FIFO (result_latency + 1), the stages, then taken.
+        self.to_pool = model.result_latency + stages + 2
+        self.divide = Float32Divider.iterations(model.AVG_DIVIDER_BITS) + 2
+        self.line_buffers = _MAX_KERNEL
+        self.rows = []                          # per conv row: start, held step, delay
+        self.taken = []                         # per conv row: cycle its last word is taken
+        self.storable = [0] * min(self.line_buffers, self.H)     # cycle row r may be taken
+        self.holds = {}                         # conv row → (word, cycle the pool takes again)
+        self.carry = None                       # a hold reaching into the next row
+        self.py = 0
+        self.sum_ready = -1                     # the last window's sum handed over
+        self.division = -self.divide            # the last division's start
+
+    # -- the array -------------------------------------------------------------------------
+
+    def _step(self, word: int) -> int:
+        """Step offset in its conv row of the step that completes a word (``ob``, ``x``)."""
+        ob, x = divmod(word, self.conv_w)
+        return (ob * self.ib + self.ib - 1) * self.pass_cycles + self.first_step \
+            + x * self.pixel_step
+
+    def _results(self, a: int, b: int) -> int:
+        """Results among a conv row's step offsets ``a`` … ``b``."""
+        count = 0
+        for ob in range(self.obs):
+            base = (ob * self.ib + self.ib - 1) * self.pass_cycles + self.first_step
+            lo = max(0, -(-(a - base) // self.pixel_step))
+            hi = min(self.conv_w - 1, (b - base) // self.pixel_step)
+            count += max(0, hi - lo + 1)
+        return count
+
+    def resume_row(self, oy: int, start: int) -> int:
+        """The first cycle conv row ``oy`` may start: a hold that reached into it."""
+        if self.carry is not None:
+            start, self.carry = max(start, self.carry), None
+        return start
+
+    def held_row(self, oy: int, start: int, end: int) -> int:
+        """The end of conv row ``oy`` (free run: ``start`` … ``end``) after any hold in it."""
+        delay, held = 0, self.row
+        if oy in self.holds:
+            word, takes = self.holds.pop(oy)
+            step = self._step(word)
+            if start + step + self.in_flight < takes:
+                held = step + self.in_flight        # the last step taken
+                landed = self._results(step + 1, min(held, self.row - 1))
+                if held >= self.row:
+                    landed += self._results(0, held - self.row)
+                # the level drops below the hold level after the landed results are taken
+                resume = takes + landed + 1
+                if held + 1 < self.row:
+                    delay = max(0, resume - (start + held + 1))
+                else:
+                    self.carry = resume - (held + 1 - self.row)
+                    held = self.row
+        self.rows.append((start, held, delay))
+        return end + delay
+
+    # -- the pool --------------------------------------------------------------------------
+
+    def _arrival(self, r: int, step: int) -> int:
+        start, held, delay = self.rows[r]
+        return start + step + self.to_pool + (delay if step > held else 0)
+
+    def advance(self, computed: int, results: list[int]):
+        """Take the conv rows up to ``computed`` (``results``: the cycle each row's last
+        result, with its shortcut, is in the result FIFO) and walk the output rows they
+        complete: (cycle the row's last word is in the write buffer, cycles its words took),
+        each."""
+        out = []
+        while True:
+            r = len(self.taken)
+            while r <= computed and r < len(self.storable):
+                begin = max(self.taken[-1] + 1 if r else 0, self.storable[r],
+                            self._arrival(r, self._step(0)))
+                self.taken.append(max(begin + self.W - 1, results[r] + self.stages + 1))
+                r += 1
+            if self.py == self.pooled_h:
+                return out
+            u = self.py * self.stride - self.pad
+            need = min(u + self.k, self.H) - 1
+            if need >= len(self.taken):
+                return out
+            rows = need + 1 - max(u, 0)
+            walk = next_window = max(self.sum_ready + 1, self.taken[need] + 1)
+            ready, division = self.sum_ready, self.division
+            for _ in range(self.obs):
+                for ox in range(self.pooled_w):
+                    x0 = ox * self.stride - self.pad
+                    m = rows * (min(x0 + self.k, self.conv_w) - max(x0, 0))
+                    ready = max(next_window + 2 * m + 3, division + 1)
+                    division = max(ready + 1, division + self.divide)
+                    next_window = ready + 1
+            self.sum_ready, self.division = ready, division
+            # the second division, the output register, the write buffer
+            done = division + 2 * self.divide + 2
+            out.append((done, done - walk))
+            # The next output row's buffers, or all rows after the last output row.
+            self.py += 1
+            if self.py < self.pooled_h:
+                first = max(self.py * self.stride - self.pad, 0)
+                limit = min(first + self.line_buffers, self.H)
+            else:
+                limit = self.H
+            self.storable += [ready + 1] * (limit - len(self.storable))
+            # While this row was walked the FIFO filled beyond the rows it could take.
+            word = self.W * min(max(u, 0) + self.line_buffers, self.H) + self.stages \
+                + self.hold_level - 1
+            if word < self.H * self.W:
+                self.holds[word // self.W] = (word % self.W, ready + 1)
 
 
 def _post_latency(instr: Instruction) -> int:
