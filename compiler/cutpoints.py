@@ -24,6 +24,7 @@ hardware configuration, the sum over the program (:func:`model_latency`).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 from functools import lru_cache
@@ -155,11 +156,35 @@ class Evaluation:
         return None if self.requirements is None else self.requirements.sram
 
 
+def evaluation_config(program, blocks: Blocks, policy: Policy, budget: Budget) -> HwConfig:
+    """The hardware a candidate is measured on. With the budget's buffers: the configuration.
+    With unlimited buffers (Table II's sweep, per-network buffers), eq. 2 sizes buffer 1 —
+    the weight store — to at least the largest row-mode layer's weights, so the store is
+    made that large where the configuration's is smaller: row reuse then holds its weights
+    instead of streaming them per output row (the weights the SRAM figure already counts)."""
+    config = program.config
+    if budget.buffers is not None:
+        return config
+    row_weights = [layout.weight_bytes(i, config)
+                   for i, mode in zip(program.instructions, policy.group_modes(blocks))
+                   if mode == Reuse.ROW and i.conv == ConvKind.NORMAL]
+    store = max(row_weights, default=0)
+    if store <= config.buffer_bytes[WEIGHT_BUFFER]:
+        return config
+    b0, _, b2 = config.buffer_bytes
+    return config.replace(buffer_bytes=(b0, store, b2), device=None)
+
+
 def evaluate(compiled, blocks: Blocks, policy: Policy, budget: Budget,
              latency: LatencyFn | None = None) -> Evaluation:
-    """Allocate, place and measure one policy against a budget."""
+    """Allocate, place and measure one policy against a budget, on
+    :func:`evaluation_config`."""
     program = compiled.program
-    config = program.config
+    if latency is None or latency is model_latency(program.config):
+        latency = None                      # the cycle model of the hardware measured on
+    config = evaluation_config(program, blocks, policy, budget)
+    if config != program.config:
+        program = dataclasses.replace(program, config=config)
     if latency is None:
         latency = model_latency(config)
     try:

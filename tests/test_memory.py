@@ -14,7 +14,7 @@ from sfnpu import isa, layout
 from sfnpu.compiler import builders
 from sfnpu.compiler.blocks import BlockKind, detect_blocks
 from sfnpu.compiler.codegen import CodegenError
-from sfnpu.compiler.cutpoints import evaluate
+from sfnpu.compiler.cutpoints import evaluate, evaluation_config
 from sfnpu.compiler.memory import (WEIGHT_READS, AllocationError, Budget, Policy, Violation,
                                    allocate, apply_policy, check_program, dense_requirements,
                                    frame_weights, place, requirements, staging, traffic)
@@ -218,13 +218,21 @@ def test_frame_weights_beyond_the_store_are_infeasible(tmp_path):
         apply_policy(compiled, frame, blocks)
     verdict = evaluate(compiled, blocks, frame, Budget.of(TINY))
     assert not verdict.feasible and message in verdict.error
-    row = evaluate(compiled, blocks, Policy.uniform(blocks, Reuse.ROW), Budget.unlimited())
-    # Row reuse runs, streaming the weights once per output row: even with unlimited buffers
-    # it breaks constraint 10, and its traffic counts every pass.
-    assert row.error is None and not row.feasible
-    assert row.violations == (Violation(WEIGHT_READS, 4, 1, 0),)
+    rows = Policy.uniform(blocks, Reuse.ROW)
     weights = layout.weight_bytes(compiled.program.instructions[0], TINY)
+    # On tiny's weight store row reuse streams the weights once per output row: it runs, its
+    # traffic counts every pass, and it breaks constraint 10 besides overflowing buffer 1.
+    row = evaluate(compiled, blocks, rows, Budget.of(TINY))
+    assert row.error is None and not row.feasible
+    assert Violation(WEIGHT_READS, 4, 1, 0) in row.violations
+    assert any(v.resource == "buffer 1" for v in row.violations)
     assert row.traffic.weights == 4 * weights
+    # Unlimited buffers size the weight store by eq. 2: it holds the weights, read once.
+    assert evaluation_config(compiled.program, blocks, rows, Budget.unlimited()) \
+        .buffer_bytes[1] == weights
+    row = evaluate(compiled, blocks, rows, Budget.unlimited())
+    assert row.feasible and row.traffic.weights == weights
+    assert row.requirements.buffers[1] == weights
 
 
 # --------------------------------------------------------------------------------------------
