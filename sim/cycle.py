@@ -60,6 +60,11 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+#: The compute phase's DRAM readers, in the controller's command-arbiter priority (after the
+#: output writes): streamed weights, shortcut, input.
+WEIGHT_READER, SHORTCUT_READER, INPUT_READER = range(3)
+
+
 @dataclass(frozen=True)
 class GroupTiming:
     """One group's modelled latency and DRAM traffic."""
@@ -512,9 +517,16 @@ class _Dram:
     load of both the beats alternate. Beats of one direction move in bulk while the other has
     none due; they are placed one at a time only while both compete.
 
+    Read commands come from three readers (streamed weights, shortcut, input), each in its
+    own order. When the read side can accept a command (the previous one has issued its last
+    burst, no write command is requested), the command arbiter grants the highest-priority
+    reader whose next command is requested by then, or else the first to request.
+
     Commands are submitted as the compute schedule meets them (:meth:`read`, :meth:`write`:
     a handle) and the bus is simulated only as far as an answer needs (:meth:`finish`), so
-    the writes of earlier rows compete with the reads of later ones."""
+    the writes of earlier rows compete with the reads of later ones. A reader's command must
+    be submitted before the simulation reaches its request (the compute schedule knows it by
+    then: it follows from earlier data)."""
 
     def __init__(self, model: "CycleModel"):
         self.m = model
@@ -522,6 +534,8 @@ class _Dram:
         self.beat = int(model.beat) if model.beat.denominator == 1 else model.beat
         self.lead = (model.latency, 1)              # address → first beat due, per direction
         self.pending = (deque(), deque())           # bursts not issued: [n, request, handle]
+        # read commands not yet accepted, per reader: [request, burst lengths, handle]
+        self.readers = tuple(deque() for _ in range(INPUT_READER + 1))
         self.inflight = (deque(), deque())          # issued: [due, beats left, aw, handle]
         self.completed = ([], [])                   # completion cycles, the last O
         self.accept = [0, 0]                        # cycle the current command was accepted
@@ -537,7 +551,8 @@ class _Dram:
 
     # -- submitting and answering -----------------------------------------------------------
 
-    def _submit(self, request: int, nbytes: int, commands: int, write: bool) -> int:
+    def _submit(self, request: int, nbytes: int, commands: int, write: bool,
+                reader: int = INPUT_READER) -> int:
         m = self.m
         handle = self.handles
         self.handles += 1
@@ -552,26 +567,27 @@ class _Dram:
         bursts = 0
         for k in range(commands):
             n_cmd = per + (k < extra)
-            first = True
+            lengths = [max_burst] * (n_cmd // max_burst) + ([n_cmd % max_burst]
+                                                            if n_cmd % max_burst else [])
+            bursts += len(lengths)
+            if not write:
+                self.readers[reader].append([ceil(request), lengths, handle])
+                continue
             command = [ceil(request), None]
-            if write:
-                self.write_commands.append(command)
-            while n_cmd:
-                n = min(n_cmd, max_burst)
-                n_cmd -= n
+            self.write_commands.append(command)
+            for j, n in enumerate(lengths):
                 # a command's first burst carries it; the others follow its address
-                pending.append([n, command if first else None, handle])
-                first = False
-                bursts += 1
+                pending.append([n, command if j == 0 else None, handle])
         self.left[handle] = bursts
         self.busy += beats * m.beat
         return handle
 
-    def read(self, request: int, nbytes: int, commands: int = 1) -> int:
-        """Submit ``commands`` equal reads, the first accepted no earlier than ``request``;
+    def read(self, request: int, nbytes: int, commands: int = 1,
+             reader: int = INPUT_READER) -> int:
+        """Submit ``commands`` equal reads of ``reader``, requested from ``request`` on;
         :meth:`finish` of the handle is the cycle after the last beat (the data is in its
         FIFO from then on)."""
-        return self._submit(request, nbytes, commands, False)
+        return self._submit(request, nbytes, commands, False, reader)
 
     def write(self, request: int, nbytes: int, commands: int = 1) -> int:
         """Submit ``commands`` equal writes (their data is in the write buffer from
@@ -599,28 +615,40 @@ class _Dram:
         pending, inflight = self.pending[write], self.inflight[write]
         m = self.m
         O = m.outstanding
-        if not pending or len(inflight) >= O:
+        if len(inflight) >= O:
             return
         completed = self.completed[write]
-        while pending and len(inflight) < O:
-            n, command, handle = pending[0]
+        while len(inflight) < O:
+            if not pending and (write or not self._accept_read()):
+                return
+            n, command, handle = pending.popleft()
             issued = self.issued[write]
-            if command is not None:                 # a new command: accepted after the last
-                accept = max(command[0], issued, 0)     # one's last address
-                if write:
-                    command[1] = accept
-                else:
-                    accept = self._past_writes(accept)
-                    if accept is None:
-                        return
+            if command is not None:                 # a new write command: accepted after the
+                accept = max(command[0], issued, 0)     # last one's last address
+                command[1] = accept
                 self.accept[write] = accept
-            pending.popleft()
             aw = max(self.accept[write] + m.issue, issued + 1)
             back = O - len(inflight)                # burst j − O has completed
             if len(completed) >= back and completed[-back] + m.reissue > aw:
                 aw = completed[-back] + m.reissue
             self.issued[write] = aw
             inflight.append([aw + self.lead[write], n, aw, handle])
+
+    def _accept_read(self) -> bool:
+        """Accept the next read command (the arbiter's choice, see the class docstring) and
+        queue its bursts; False when none can be accepted yet."""
+        heads = [(queue[0][0], reader) for reader, queue in enumerate(self.readers) if queue]
+        if not heads:
+            return False
+        # the previous command has issued its last burst; the writes have their turn first
+        accept = self._past_writes(max(min(heads)[0], self.issued[False], 0))
+        if accept is None:
+            return False
+        reader = min(reader for request, reader in heads if request <= accept)
+        _, lengths, handle = self.readers[reader].popleft()
+        self.accept[False] = accept
+        self.pending[False].extend([n, None, handle] for n in lengths)
+        return True
 
     def _past_writes(self, accept: int):
         """The first cycle from ``accept`` on at which the command arbiter presents a read:
