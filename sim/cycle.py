@@ -50,7 +50,7 @@ from sfnpu import image, isa, layout
 from sfnpu.config import ROW_BUFFER_ROWS, HwConfig
 from sfnpu.hw.limits import (StoreSizes, group_shape, stages_input, staging_location,
                              streams_weights)
-from sfnpu.isa import Activation, Eltwise, Instruction, MemSpace, Pool, Reuse
+from sfnpu.isa import Activation, ActOrder, Eltwise, Instruction, MemSpace, Pool, Reuse
 
 __all__ = ["CycleModel", "GroupTiming", "ModelRun", "Comparison", "compare",
            "GROUP_TOLERANCE", "RUN_TOLERANCE"]
@@ -242,6 +242,7 @@ class CycleModel:
     def _compute(self, instr: Instruction, s: _Shape, obs: int):
         """(cycles, read bytes, write bytes, bound) of one chunk of ``obs`` output blocks,
         from the first cycle of COMPUTE to the cycle ``compute_done`` rises."""
+        from sfnpu.hw.act_table import ActivationTable
         from sfnpu.hw.conv_array import fetch_cycles
 
         cfg, L = self.config, self.L
@@ -273,23 +274,54 @@ class CycleModel:
 
         # CHANNEL_SCALE reads its vector once, before the first result needs it.
         scale_ready = 0
-        # ADD: the shortcut reader commands (oy, ob) segments as far ahead as its FIFO (the
-        # partial-sum depth) allows, before the input reader (the arbiter's order).
-        sc_ahead = max(1, self.psum_words // max(obs * s.conv_w, 1))
-        sc_arrival = []
-
-        def shortcut_rows(until, request):
-            while len(sc_arrival) <= min(until, s.conv_h - 1):
-                if sc_dram:
-                    sc_arrival.append(dram.read(request, sc_row_bytes, obs))
-                else:
-                    previous = sc_arrival[-1] if sc_arrival else request
-                    sc_arrival.append(max(previous, request) + obs * (s.conv_w + 1))
-        if sc_row_bytes:
-            shortcut_rows(sc_ahead - 1, 0)
         if instr.eltwise == Eltwise.CHANNEL_SCALE:
-            scale_ready = dram.finish(dram.read(0, obs * L)) if sc_dram \
+            scale_ready = dram.finish(dram.read(0, obs * L, 1, SHORTCUT_READER)) if sc_dram \
                 else 1 + self.issue + obs
+        # ADD: the shortcut reader commands one (oy, ob) segment of conv_w words at a time, in
+        # the result order, once the shortcut FIFO has room for it counting the words in
+        # flight (sc_req: level + sc_outstanding + conv_w ≤ psum_words) — segment k once the
+        # ADD has taken (k + 1)·conv_w − psum_words shortcut words.
+        row_results = obs * s.conv_w                       # result words of one conv row
+        sc_segments = s.conv_h * obs if is_add else 0
+        sc_segment = []           # per segment: its DRAM read, or the local reader's end
+        sc_local_free = [0]
+        row_timing = []           # per conv row: start, last step before a hold, the hold
+        first_step, pixel_step = max(p, f0) - 1, max(p, f1)
+        # A result reaches the ADD a cycle after the result FIFO, behind a table before it.
+        to_add = self.result_latency + 1 + (
+            ActivationTable.LATENCY if instr.act == Activation.TABLE
+            and instr.act_order == ActOrder.BEFORE_ELTWISE else 0)
+        word_cycles = ceil((L // self.B) * self.beat)      # bus cycles of one word
+
+        def shortcut_taken(word):
+            """The cycle the ADD takes shortcut word ``word`` (result order): with its result,
+            once the word is in the shortcut FIFO."""
+            r, i = divmod(word, row_results)
+            ob, x = divmod(i, s.conv_w)
+            step = (ob * s.ib + s.ib - 1) * pass_cycles + first_step + x * pixel_step
+            start, held, hold = row_timing[r]
+            result = start + step + (hold if step > held else 0) + to_add
+            segment = sc_segment[r * obs + ob]
+            behind = s.conv_w - 1 - x                        # later words of its segment
+            arrived = dram.finish(segment) - behind * word_cycles if sc_dram \
+                else segment - behind
+            return max(result, arrived)
+
+        def command_shortcuts():
+            """Command the segments whose FIFO room the ADD has made in the rows timed so far."""
+            while len(sc_segment) < sc_segments:
+                taken = (len(sc_segment) + 1) * s.conv_w - self.psum_words
+                if taken > len(row_timing) * row_results:
+                    return
+                # the FIFO level and sc_outstanding are registers: room shows a cycle later
+                request = shortcut_taken(taken - 1) + 1 if taken > 0 else 0
+                if sc_dram:
+                    sc_segment.append(dram.read(request, s.conv_w * L, 1, SHORTCUT_READER))
+                else:
+                    # the local reader: granted when idle, a word per cycle from the next one
+                    sc_local_free[0] = max(sc_local_free[0], request) + s.conv_w + 1
+                    sc_segment.append(sc_local_free[0])
+        command_shortcuts()
 
         # Input rows: row r enters the FIFO once row r − 1 has left it for the row buffer,
         # and the row buffer takes row r once the reader's first row is above r − capacity.
@@ -420,9 +452,11 @@ class CycleModel:
                 weights = dram.read(start - row if oy else 0, w_row_bytes, obs * s.ib)
                 end = max(end, dram.finish(weights) + p)
             ready = end + self.result_latency
-            if sc_row_bytes:
-                shortcut_rows(oy + sc_ahead, end)
-                arrived = dram.finish(sc_arrival[oy]) if sc_dram else sc_arrival[oy]
+            if sc_segments:
+                row_timing.append(avg.rows[-1] if avg is not None else (start, row, 0))
+                command_shortcuts()
+                last = sc_segment[oy * obs + obs - 1]
+                arrived = dram.finish(last) if sc_dram else last
                 ready = max(ready, arrived + 1)
             results.append(max(ready, scale_ready))
             post_rows(oy)
