@@ -270,7 +270,6 @@ class CycleModel:
         block_cycles = s.ib * pass_cycles
         capacity = ROW_BUFFER_ROWS * s.places
         local_free = [0]                                   # the on-chip input reader
-        fifo_rows = max(1, self.row_words_max // s.row_words)
 
         # CHANNEL_SCALE reads its vector once, before the first result needs it.
         scale_ready = 0
@@ -348,17 +347,31 @@ class CycleModel:
             while next_row <= until:
                 r = next_row
                 # A segment is commanded when the input FIFO (a row-buffer bank's words) has
-                # room for it, counting the words in flight: `fifo_rows` rows ahead.
-                allowed = room(r - fifo_rows) if r >= fifo_rows else 0
-                if allowed is None:
+                # room for it counting the words in flight (in_credit_ok): segment j once
+                # (j + 1)·in_w − row_words_max words have left the FIFO, the row buffer
+                # taking a row's words one per cycle from the cycle it may take the row.
+                requests = []
+                for j in range(r * s.in_blocks, (r + 1) * s.in_blocks):
+                    taken = (j + 1) * instr.in_w - self.row_words_max
+                    if taken <= 0:
+                        requests.append(0)
+                        continue
+                    row_taken, word = divmod(taken - 1, s.row_words)
+                    gate = room(row_taken)
+                    if gate is None:
+                        break
+                    # the FIFO level and in_outstanding are registers: room shows a cycle later
+                    requests.append(gate + word + 1)
+                if len(requests) < s.in_blocks:
                     break
-                if in_dram:
-                    in_fifo[r] = dram.read(allowed, row_bytes, s.in_blocks)
-                else:
-                    # The local reader streams a granted segment a word per cycle, one cycle
-                    # after the grant, and is granted the next one when it is idle.
-                    local_free[0] = max(allowed, local_free[0]) + s.in_blocks * (instr.in_w + 1)
-                    in_fifo[r] = local_free[0] + 1
+                for request in requests:
+                    if in_dram:
+                        in_fifo[r] = dram.read(request, instr.in_w * L)
+                    else:
+                        # The local reader streams a granted segment a word per cycle, one
+                        # cycle after the grant, and is granted the next one when it is idle.
+                        local_free[0] = max(request, local_free[0]) + instr.in_w + 1
+                        in_fifo[r] = local_free[0] + 1
                 next_row += 1
             while move and next_in[0] < next_row and next_in[0] <= until:
                 r = next_in[0]
