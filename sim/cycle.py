@@ -24,7 +24,9 @@ state to its last beat, inclusive (the next state starts in the cycle after); be
 the activation table are taken one byte per cycle. The compute phase is a row-level
 schedule: input rows arrive through the DMA engine's bursts (a command accepted once the
 previous one has issued its bursts, addresses ``ISSUE_LATENCY`` cycles after acceptance, at
-most ``outstanding`` bursts in flight, data ``latency`` cycles after the address), the row
+most ``outstanding`` bursts in flight, data ``latency`` cycles after the address); the input
+and shortcut readers command a segment once their FIFO has room for it counting the words in
+flight, and the command arbiter takes the shortcut's first when both are requested; the row
 buffer holds ``6 · places`` rows, each output row takes :func:`~sfnpu.hw.conv_array.row_cycles`
 once its input rows are present, the post-processing chain passes one word per cycle (the
 average pool sums window by window and holds the array when the result FIFO fills), the
@@ -60,9 +62,11 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-#: The compute phase's DRAM readers, in the controller's command-arbiter priority (after the
-#: output writes): streamed weights, shortcut, input.
-WEIGHT_READER, SHORTCUT_READER, INPUT_READER = range(3)
+#: The compute phase's DRAM readers in the controller's command-arbiter priority (after the
+#: output writes and streamed weights): shortcut, input. Streamed weight reads keep their
+#: place among the input reads: their request (the previous row's start) is not yet the
+#: weight FIFO's credit (ws_req).
+SHORTCUT_READER, INPUT_READER = range(2)
 
 
 @dataclass(frozen=True)
@@ -564,8 +568,7 @@ class _Dram:
     load of both the beats alternate. Beats of one direction move in bulk while the other has
     none due; they are placed one at a time only while both compete.
 
-    Read commands come from three readers (streamed weights, shortcut, input), each in its
-    own order. When the read side can accept a command (the previous one has issued its last
+    Read commands come from the readers (shortcut, input), each in its own order. When the read side can accept a command (the previous one has issued its last
     burst, no write command is requested), the command arbiter grants the highest-priority
     reader whose next command is requested by then, or else the first to request.
 
