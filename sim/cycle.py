@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from fractions import Fraction
+from itertools import groupby
 from math import ceil, floor
 from typing import Sequence
 
@@ -355,27 +356,31 @@ class CycleModel:
                 # (j + 1)·in_w − row_words_max words have left the FIFO, the row buffer
                 # taking a row's words one per cycle from the cycle it may take the row.
                 requests = []
+                gates = {}
                 for j in range(r * s.in_blocks, (r + 1) * s.in_blocks):
                     taken = (j + 1) * instr.in_w - self.row_words_max
                     if taken <= 0:
                         requests.append(0)
                         continue
                     row_taken, word = divmod(taken - 1, s.row_words)
-                    gate = room(row_taken)
-                    if gate is None:
+                    if row_taken not in gates:
+                        gates[row_taken] = room(row_taken)
+                    if gates[row_taken] is None:
                         break
                     # the FIFO level and in_outstanding are registers: room shows a cycle later
-                    requests.append(gate + word + 1)
+                    requests.append(gates[row_taken] + word + 1)
                 if len(requests) < s.in_blocks:
                     break
-                for request in requests:
+                for request, together in groupby(requests):
+                    segments = len(list(together))
                     if in_dram:
-                        in_fifo[r] = dram.read(request, instr.in_w * L)
-                    else:
-                        # The local reader streams a granted segment a word per cycle, one
-                        # cycle after the grant, and is granted the next one when it is idle.
+                        in_fifo[r] = dram.read(request, segments * instr.in_w * L, segments)
+                        continue
+                    # The local reader streams a granted segment a word per cycle, one cycle
+                    # after the grant, and is granted the next one when it is idle.
+                    for _ in range(segments):
                         local_free[0] = max(request, local_free[0]) + instr.in_w + 1
-                        in_fifo[r] = local_free[0] + 1
+                    in_fifo[r] = local_free[0] + 1
                 next_row += 1
             while move and next_in[0] < next_row and next_in[0] <= until:
                 r = next_in[0]
@@ -585,7 +590,7 @@ class _Dram:
         self.lead = (model.latency, 1)              # address → first beat due, per direction
         self.pending = (deque(), deque())           # bursts not issued: [n, request, handle]
         # read commands not yet accepted, per reader: [request, burst lengths, handle]
-        self.readers = tuple(deque() for _ in range(INPUT_READER + 1))
+        self.readers = (deque(), deque())           # SHORTCUT_READER, INPUT_READER
         self.inflight = (deque(), deque())          # issued: [due, beats left, aw, handle]
         self.completed = ([], [])                   # completion cycles, the last O
         self.accept = [0, 0]                        # cycle the current command was accepted
@@ -596,8 +601,13 @@ class _Dram:
         self.done = {}                              # handle → cycle after its last beat
         self.left = {}                              # handle → bursts not yet complete
         self.handles = 0
-        self.busy = Fraction(0)                     # bus cycles of both directions
+        self.beats_moved = 0                        # bus beats of both directions
         self.last_response = 0                      # the last write response
+
+    @property
+    def busy(self) -> Fraction:
+        """Bus cycles of both directions' beats."""
+        return self.beats_moved * self.m.beat
 
     # -- submitting and answering -----------------------------------------------------------
 
@@ -629,7 +639,7 @@ class _Dram:
                 # a command's first burst carries it; the others follow its address
                 pending.append([n, command if j == 0 else None, handle])
         self.left[handle] = bursts
-        self.busy += beats * m.beat
+        self.beats_moved += beats
         return handle
 
     def read(self, request: int, nbytes: int, commands: int = 1,
@@ -687,15 +697,16 @@ class _Dram:
     def _accept_read(self) -> bool:
         """Accept the next read command (the arbiter's choice, see the class docstring) and
         queue its bursts; False when none can be accepted yet."""
-        heads = [(queue[0][0], reader) for reader, queue in enumerate(self.readers) if queue]
-        if not heads:
+        shortcut, inputs = self.readers
+        if not (shortcut or inputs):
             return False
+        first = min(queue[0][0] for queue in self.readers if queue)
         # the previous command has issued its last burst; the writes have their turn first
-        accept = self._past_writes(max(min(heads)[0], self.issued[False], 0))
+        accept = self._past_writes(max(first, self.issued[False], 0))
         if accept is None:
             return False
-        reader = min(reader for request, reader in heads if request <= accept)
-        _, lengths, handle = self.readers[reader].popleft()
+        queue = shortcut if shortcut and shortcut[0][0] <= accept else inputs
+        _, lengths, handle = queue.popleft()
         self.accept[False] = accept
         self.pending[False].extend([n, None, handle] for n in lengths)
         return True
