@@ -24,7 +24,9 @@ state to its last beat, inclusive (the next state starts in the cycle after); be
 the activation table are taken one byte per cycle. The compute phase is a row-level
 schedule: input rows arrive through the DMA engine's bursts (a command accepted once the
 previous one has issued its bursts, addresses ``ISSUE_LATENCY`` cycles after acceptance, at
-most ``outstanding`` bursts in flight, data ``latency`` cycles after the address), the row
+most ``outstanding`` bursts in flight, data ``latency`` cycles after the address); the input
+and shortcut readers command a segment once their FIFO has room for it counting the words in
+flight, and the command arbiter takes the shortcut's first when both are requested; the row
 buffer holds ``6 · places`` rows, each output row takes :func:`~sfnpu.hw.conv_array.row_cycles`
 once its input rows are present, the post-processing chain passes one word per cycle (the
 average pool sums window by window and holds the array when the result FIFO fills), the
@@ -43,6 +45,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from fractions import Fraction
+from itertools import groupby
 from math import ceil, floor
 from typing import Sequence
 
@@ -50,7 +53,7 @@ from sfnpu import image, isa, layout
 from sfnpu.config import ROW_BUFFER_ROWS, HwConfig
 from sfnpu.hw.limits import (StoreSizes, group_shape, stages_input, staging_location,
                              streams_weights)
-from sfnpu.isa import Activation, Eltwise, Instruction, MemSpace, Pool, Reuse
+from sfnpu.isa import Activation, ActOrder, Eltwise, Instruction, MemSpace, Pool, Reuse
 
 __all__ = ["CycleModel", "GroupTiming", "ModelRun", "Comparison", "compare",
            "GROUP_TOLERANCE", "RUN_TOLERANCE"]
@@ -58,6 +61,13 @@ __all__ = ["CycleModel", "GroupTiming", "ModelRun", "Comparison", "compare",
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+#: The compute phase's DRAM readers in the controller's command-arbiter priority (after the
+#: output writes and streamed weights): shortcut, input. Streamed weight reads keep their
+#: place among the input reads: their request (the previous row's start) is not yet the
+#: weight FIFO's credit (ws_req).
+SHORTCUT_READER, INPUT_READER = range(2)
 
 
 @dataclass(frozen=True)
@@ -237,6 +247,7 @@ class CycleModel:
     def _compute(self, instr: Instruction, s: _Shape, obs: int):
         """(cycles, read bytes, write bytes, bound) of one chunk of ``obs`` output blocks,
         from the first cycle of COMPUTE to the cycle ``compute_done`` rises."""
+        from sfnpu.hw.act_table import ActivationTable
         from sfnpu.hw.conv_array import fetch_cycles
 
         cfg, L = self.config, self.L
@@ -264,27 +275,57 @@ class CycleModel:
         block_cycles = s.ib * pass_cycles
         capacity = ROW_BUFFER_ROWS * s.places
         local_free = [0]                                   # the on-chip input reader
-        fifo_rows = max(1, self.row_words_max // s.row_words)
 
         # CHANNEL_SCALE reads its vector once, before the first result needs it.
         scale_ready = 0
-        # ADD: the shortcut reader commands (oy, ob) segments as far ahead as its FIFO (the
-        # partial-sum depth) allows, before the input reader (the arbiter's order).
-        sc_ahead = max(1, self.psum_words // max(obs * s.conv_w, 1))
-        sc_arrival = []
-
-        def shortcut_rows(until, request):
-            while len(sc_arrival) <= min(until, s.conv_h - 1):
-                if sc_dram:
-                    sc_arrival.append(dram.read(request, sc_row_bytes, obs))
-                else:
-                    previous = sc_arrival[-1] if sc_arrival else request
-                    sc_arrival.append(max(previous, request) + obs * (s.conv_w + 1))
-        if sc_row_bytes:
-            shortcut_rows(sc_ahead - 1, 0)
         if instr.eltwise == Eltwise.CHANNEL_SCALE:
-            scale_ready = dram.finish(dram.read(0, obs * L)) if sc_dram \
+            scale_ready = dram.finish(dram.read(0, obs * L, 1, SHORTCUT_READER)) if sc_dram \
                 else 1 + self.issue + obs
+        # ADD: the shortcut reader commands one (oy, ob) segment of conv_w words at a time, in
+        # the result order, once the shortcut FIFO has room for it counting the words in
+        # flight (sc_req: level + sc_outstanding + conv_w ≤ psum_words) — segment k once the
+        # ADD has taken (k + 1)·conv_w − psum_words shortcut words.
+        row_results = obs * s.conv_w                       # result words of one conv row
+        sc_segments = s.conv_h * obs if is_add else 0
+        sc_segment = []           # per segment: its DRAM read, or the local reader's end
+        sc_local_free = [0]
+        row_timing = []           # per conv row: start, last step before a hold, the hold
+        first_step, pixel_step = max(p, f0) - 1, max(p, f1)
+        # A result reaches the ADD a cycle after the result FIFO, behind a table before it.
+        to_add = self.result_latency + 1 + (
+            ActivationTable.LATENCY if instr.act == Activation.TABLE
+            and instr.act_order == ActOrder.BEFORE_ELTWISE else 0)
+        word_cycles = ceil((L // self.B) * self.beat)      # bus cycles of one word
+
+        def shortcut_taken(word):
+            """The cycle the ADD takes shortcut word ``word`` (result order): with its result,
+            once the word is in the shortcut FIFO."""
+            r, i = divmod(word, row_results)
+            ob, x = divmod(i, s.conv_w)
+            step = (ob * s.ib + s.ib - 1) * pass_cycles + first_step + x * pixel_step
+            start, held, hold = row_timing[r]
+            result = start + step + (hold if step > held else 0) + to_add
+            segment = sc_segment[r * obs + ob]
+            behind = s.conv_w - 1 - x                        # later words of its segment
+            arrived = dram.finish(segment) - behind * word_cycles if sc_dram \
+                else segment - behind
+            return max(result, arrived)
+
+        def command_shortcuts():
+            """Command the segments whose FIFO room the ADD has made in the rows timed so far."""
+            while len(sc_segment) < sc_segments:
+                taken = (len(sc_segment) + 1) * s.conv_w - self.psum_words
+                if taken > len(row_timing) * row_results:
+                    return
+                # the FIFO level and sc_outstanding are registers: room shows a cycle later
+                request = shortcut_taken(taken - 1) + 1 if taken > 0 else 0
+                if sc_dram:
+                    sc_segment.append(dram.read(request, s.conv_w * L, 1, SHORTCUT_READER))
+                else:
+                    # the local reader: granted when idle, a word per cycle from the next one
+                    sc_local_free[0] = max(sc_local_free[0], request) + s.conv_w + 1
+                    sc_segment.append(sc_local_free[0])
+        command_shortcuts()
 
         # Input rows: row r enters the FIFO once row r − 1 has left it for the row buffer,
         # and the row buffer takes row r once the reader's first row is above r − capacity.
@@ -311,16 +352,34 @@ class CycleModel:
             while next_row <= until:
                 r = next_row
                 # A segment is commanded when the input FIFO (a row-buffer bank's words) has
-                # room for it, counting the words in flight: `fifo_rows` rows ahead.
-                allowed = room(r - fifo_rows) if r >= fifo_rows else 0
-                if allowed is None:
+                # room for it counting the words in flight (in_credit_ok): segment j once
+                # (j + 1)·in_w − row_words_max words have left the FIFO, the row buffer
+                # taking a row's words one per cycle from the cycle it may take the row.
+                requests = []
+                gates = {}
+                for j in range(r * s.in_blocks, (r + 1) * s.in_blocks):
+                    taken = (j + 1) * instr.in_w - self.row_words_max
+                    if taken <= 0:
+                        requests.append(0)
+                        continue
+                    row_taken, word = divmod(taken - 1, s.row_words)
+                    if row_taken not in gates:
+                        gates[row_taken] = room(row_taken)
+                    if gates[row_taken] is None:
+                        break
+                    # the FIFO level and in_outstanding are registers: room shows a cycle later
+                    requests.append(gates[row_taken] + word + 1)
+                if len(requests) < s.in_blocks:
                     break
-                if in_dram:
-                    in_fifo[r] = dram.read(allowed, row_bytes, s.in_blocks)
-                else:
+                for request, together in groupby(requests):
+                    segments = len(list(together))
+                    if in_dram:
+                        in_fifo[r] = dram.read(request, segments * instr.in_w * L, segments)
+                        continue
                     # The local reader streams a granted segment a word per cycle, one cycle
                     # after the grant, and is granted the next one when it is idle.
-                    local_free[0] = max(allowed, local_free[0]) + s.in_blocks * (instr.in_w + 1)
+                    for _ in range(segments):
+                        local_free[0] = max(request, local_free[0]) + instr.in_w + 1
                     in_fifo[r] = local_free[0] + 1
                 next_row += 1
             while move and next_in[0] < next_row and next_in[0] <= until:
@@ -415,9 +474,11 @@ class CycleModel:
                 weights = dram.read(start - row if oy else 0, w_row_bytes, obs * s.ib)
                 end = max(end, dram.finish(weights) + p)
             ready = end + self.result_latency
-            if sc_row_bytes:
-                shortcut_rows(oy + sc_ahead, end)
-                arrived = dram.finish(sc_arrival[oy]) if sc_dram else sc_arrival[oy]
+            if sc_segments:
+                row_timing.append(avg.rows[-1] if avg is not None else (start, row, 0))
+                command_shortcuts()
+                last = sc_segment[oy * obs + obs - 1]
+                arrived = dram.finish(last) if sc_dram else last
                 ready = max(ready, arrived + 1)
             results.append(max(ready, scale_ready))
             post_rows(oy)
@@ -512,9 +573,15 @@ class _Dram:
     load of both the beats alternate. Beats of one direction move in bulk while the other has
     none due; they are placed one at a time only while both compete.
 
+    Read commands come from the readers (shortcut, input), each in its own order. When the read side can accept a command (the previous one has issued its last
+    burst, no write command is requested), the command arbiter grants the highest-priority
+    reader whose next command is requested by then, or else the first to request.
+
     Commands are submitted as the compute schedule meets them (:meth:`read`, :meth:`write`:
     a handle) and the bus is simulated only as far as an answer needs (:meth:`finish`), so
-    the writes of earlier rows compete with the reads of later ones."""
+    the writes of earlier rows compete with the reads of later ones. A reader's command must
+    be submitted before the simulation reaches its request (the compute schedule knows it by
+    then: it follows from earlier data)."""
 
     def __init__(self, model: "CycleModel"):
         self.m = model
@@ -522,6 +589,8 @@ class _Dram:
         self.beat = int(model.beat) if model.beat.denominator == 1 else model.beat
         self.lead = (model.latency, 1)              # address → first beat due, per direction
         self.pending = (deque(), deque())           # bursts not issued: [n, request, handle]
+        # read commands not yet accepted, per reader: [request, burst lengths, handle]
+        self.readers = (deque(), deque())           # SHORTCUT_READER, INPUT_READER
         self.inflight = (deque(), deque())          # issued: [due, beats left, aw, handle]
         self.completed = ([], [])                   # completion cycles, the last O
         self.accept = [0, 0]                        # cycle the current command was accepted
@@ -532,12 +601,18 @@ class _Dram:
         self.done = {}                              # handle → cycle after its last beat
         self.left = {}                              # handle → bursts not yet complete
         self.handles = 0
-        self.busy = Fraction(0)                     # bus cycles of both directions
+        self.beats_moved = 0                        # bus beats of both directions
         self.last_response = 0                      # the last write response
+
+    @property
+    def busy(self) -> Fraction:
+        """Bus cycles of both directions' beats."""
+        return self.beats_moved * self.m.beat
 
     # -- submitting and answering -----------------------------------------------------------
 
-    def _submit(self, request: int, nbytes: int, commands: int, write: bool) -> int:
+    def _submit(self, request: int, nbytes: int, commands: int, write: bool,
+                reader: int = INPUT_READER) -> int:
         m = self.m
         handle = self.handles
         self.handles += 1
@@ -552,26 +627,27 @@ class _Dram:
         bursts = 0
         for k in range(commands):
             n_cmd = per + (k < extra)
-            first = True
+            lengths = [max_burst] * (n_cmd // max_burst) + ([n_cmd % max_burst]
+                                                            if n_cmd % max_burst else [])
+            bursts += len(lengths)
+            if not write:
+                self.readers[reader].append([ceil(request), lengths, handle])
+                continue
             command = [ceil(request), None]
-            if write:
-                self.write_commands.append(command)
-            while n_cmd:
-                n = min(n_cmd, max_burst)
-                n_cmd -= n
+            self.write_commands.append(command)
+            for j, n in enumerate(lengths):
                 # a command's first burst carries it; the others follow its address
-                pending.append([n, command if first else None, handle])
-                first = False
-                bursts += 1
+                pending.append([n, command if j == 0 else None, handle])
         self.left[handle] = bursts
-        self.busy += beats * m.beat
+        self.beats_moved += beats
         return handle
 
-    def read(self, request: int, nbytes: int, commands: int = 1) -> int:
-        """Submit ``commands`` equal reads, the first accepted no earlier than ``request``;
+    def read(self, request: int, nbytes: int, commands: int = 1,
+             reader: int = INPUT_READER) -> int:
+        """Submit ``commands`` equal reads of ``reader``, requested from ``request`` on;
         :meth:`finish` of the handle is the cycle after the last beat (the data is in its
         FIFO from then on)."""
-        return self._submit(request, nbytes, commands, False)
+        return self._submit(request, nbytes, commands, False, reader)
 
     def write(self, request: int, nbytes: int, commands: int = 1) -> int:
         """Submit ``commands`` equal writes (their data is in the write buffer from
@@ -599,28 +675,41 @@ class _Dram:
         pending, inflight = self.pending[write], self.inflight[write]
         m = self.m
         O = m.outstanding
-        if not pending or len(inflight) >= O:
+        if len(inflight) >= O:
             return
         completed = self.completed[write]
-        while pending and len(inflight) < O:
-            n, command, handle = pending[0]
+        while len(inflight) < O:
+            if not pending and (write or not self._accept_read()):
+                return
+            n, command, handle = pending.popleft()
             issued = self.issued[write]
-            if command is not None:                 # a new command: accepted after the last
-                accept = max(command[0], issued, 0)     # one's last address
-                if write:
-                    command[1] = accept
-                else:
-                    accept = self._past_writes(accept)
-                    if accept is None:
-                        return
+            if command is not None:                 # a new write command: accepted after the
+                accept = max(command[0], issued, 0)     # last one's last address
+                command[1] = accept
                 self.accept[write] = accept
-            pending.popleft()
             aw = max(self.accept[write] + m.issue, issued + 1)
             back = O - len(inflight)                # burst j − O has completed
             if len(completed) >= back and completed[-back] + m.reissue > aw:
                 aw = completed[-back] + m.reissue
             self.issued[write] = aw
             inflight.append([aw + self.lead[write], n, aw, handle])
+
+    def _accept_read(self) -> bool:
+        """Accept the next read command (the arbiter's choice, see the class docstring) and
+        queue its bursts; False when none can be accepted yet."""
+        shortcut, inputs = self.readers
+        if not (shortcut or inputs):
+            return False
+        first = min(queue[0][0] for queue in self.readers if queue)
+        # the previous command has issued its last burst; the writes have their turn first
+        accept = self._past_writes(max(first, self.issued[False], 0))
+        if accept is None:
+            return False
+        queue = shortcut if shortcut and shortcut[0][0] <= accept else inputs
+        _, lengths, handle = queue.popleft()
+        self.accept[False] = accept
+        self.pending[False].extend([n, None, handle] for n in lengths)
+        return True
 
     def _past_writes(self, accept: int):
         """The first cycle from ``accept`` on at which the command arbiter presents a read:
