@@ -954,7 +954,7 @@ def _post_latency(instr: Instruction) -> int:
 #: group, and over a whole run. The measured agreement (``make bench``, ``sfnpu sim``) is
 #: reported beside them; the goal is exact.
 GROUP_TOLERANCE = 0.08
-RUN_TOLERANCE = 0.015
+RUN_TOLERANCE = 0.01
 
 
 @dataclass(frozen=True)
