@@ -20,8 +20,10 @@ Latency, per group (the controller's states in order)::
 
 Control transfers use the DRAM model's closed form (:mod:`sfnpu.hw.axi_mem`): a read of *N*
 beats takes ``ISSUE_LATENCY + latency + floor((N − 1) · B/bpc) + 1`` cycles from its command
-state to its last beat, inclusive (the next state starts in the cycle after); beats of
-the activation table are taken one byte per cycle. The compute phase is a row-level
+state to its last beat, inclusive (the next state starts in the cycle after), unless short
+bursts at a 4 KiB boundary let the outstanding limit delay a burst's address past the stream
+(then burst by burst, :meth:`CycleModel.control_read`); beats of the activation table are
+taken one byte per cycle. The compute phase is a row-level
 schedule: input rows arrive through the DMA engine's bursts (a command accepted once the
 previous one has issued its bursts, addresses ``ISSUE_LATENCY`` cycles after acceptance, at
 most ``outstanding`` bursts in flight, data ``latency`` cycles after the address); the input
@@ -35,9 +37,11 @@ when the last output chunk's write response is back (its last word, for an on-ch
 The output rows' writes are commanded as the rows leave the post-processing chain, and the
 two directions' beats share the DRAM model's one bandwidth credit with its arbitration (a read
 beat first unless the write side's turn has come: under load they alternate), simulated in
-time order so that earlier rows' writes hold up later rows' reads. Not modelled: the write
-buffer filling up and stalling the datapath when the writes fall behind, and bursts split at
-4 KiB boundaries (the image base is only known to be 64-byte aligned).
+time order so that earlier rows' writes hold up later rows' reads. Every DRAM command
+carries the controller's address (IMAGE_BASE, ``CycleModel.run``'s ``image_base``, plus the
+location and the layout offset of its segment), and is split into bursts as the DMA splits it:
+at most ``dram_max_burst`` beats, never across a 4 KiB boundary. Not modelled: the write
+buffer filling up and stalling the datapath when the writes fall behind.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from typing import Sequence
 
 from sfnpu import image, isa, layout
 from sfnpu.config import ROW_BUFFER_ROWS, HwConfig
+from sfnpu.hw.axi import BOUNDARY_BYTES
 from sfnpu.hw.limits import (StoreSizes, group_shape, stages_input, staging_location,
                              streams_weights)
 from sfnpu.isa import Activation, ActOrder, Eltwise, Instruction, MemSpace, Pool, Reuse
@@ -149,6 +154,8 @@ class CycleModel:
         self.issue = DmaEngine.ISSUE_LATENCY
         self.reissue = DmaEngine.REISSUE_LATENCY
         self.outstanding = DmaEngine.outstanding_to_stream(config)
+        self.max_burst = config.dram_max_burst
+        self.page_words = BOUNDARY_BYTES // self.B          # bus words of a 4 KiB page
         # Array → psum stage → requantiser → result FIFO.
         self.result_latency = array_latency(config) + 1 + Requantizer.LATENCY + 1
 
@@ -159,6 +166,24 @@ class CycleModel:
         if length <= 0:
             return 0
         return (address + length - 1) // self.B - address // self.B + 1
+
+    def bursts(self, address: int, n_beats: int) -> list[int]:
+        """Beats of each burst the DMA splits a command of ``n_beats`` beats from byte
+        ``address`` into (:meth:`sfnpu.hw.dma.DmaEngine._burst_words`): at most
+        ``dram_max_burst`` beats, never past a 4 KiB boundary."""
+        mb, page = self.max_burst, self.page_words
+        word = (address // self.B) % page
+        if word + n_beats <= page or (word % mb == 0 and page % mb == 0):
+            # no boundary inside, or every boundary falls between max_burst bursts
+            full, rest = divmod(n_beats, mb)
+            return [mb] * full + ([rest] if rest else [])
+        lengths = []
+        while n_beats:
+            n = min(n_beats, mb, page - word)
+            lengths.append(n)
+            word = (word + n) % page
+            n_beats -= n
+        return lengths
 
     def _stream(self, n_beats: int) -> int:
         """Cycles from the first to the last beat of a back-to-back read, inclusive."""
@@ -172,6 +197,33 @@ class CycleModel:
         fast = n_beats - slow_beats
         data = self._stream(fast) + slow_beats * max(self.B, ceil(self.beat))
         return self.issue + self.latency + data
+
+    def control_read(self, address: int, length: int, slow_beats: int = 0) -> tuple[int, int]:
+        """(cycles, beats) of a control-FSM read of ``length`` bytes from byte ``address``
+        (:meth:`read_transfer`). The DMA issues its bursts one per cycle, burst *j* + *O* no
+        earlier than ``REISSUE_LATENCY`` cycles after burst *j*'s last beat, and a burst's data
+        is due ``latency`` cycles after its address: when a 4 KiB boundary leaves short bursts
+        among the first *O*, the next address can come too late for the beats to stream on,
+        and the read takes that much longer."""
+        n = self.beats(address, length)
+        cycles = self.read_transfer(n, slow_beats)
+        lengths = self.bursts(address, n)
+        if len(lengths) <= self.outstanding or len(lengths) == _ceil_div(n, self.max_burst):
+            return cycles, n                         # the closed form's bursts: no gap
+        beat, O = self.beat, self.outstanding
+        issued, last_beats = self.issue - 1, []
+        free = 0
+        for j, k in enumerate(lengths):
+            aw = issued + 1
+            if j >= O:
+                aw = max(aw, ceil(last_beats[j - O]) + self.reissue)
+            issued = aw
+            first = max(aw + self.latency, free)
+            end = first + (k - 1) * beat
+            last_beats.append(end)
+            free = end + beat
+        gap = floor(end) - (self.issue + self.latency + floor((n - 1) * beat))
+        return cycles + gap, n
 
     # -- the group's derived parameters ---------------------------------------------------
 
@@ -193,31 +245,36 @@ class CycleModel:
     # -- one group ------------------------------------------------------------------------
 
     def group(self, instr: Instruction, index: int = 0, fetch_address: int = 0,
-              header_beats: tuple[int, int] | None = None) -> GroupTiming:
-        """Model one group. ``fetch_address``: the instruction's byte address (its alignment
-        decides the fetch's beats); ``header_beats``: (header, section table) beats read
-        before the first group."""
+              section_count: int | None = None, base: int = 0) -> GroupTiming:
+        """Model one group. ``fetch_address``: the instruction's byte offset in the image (its
+        alignment decides the fetch's beats); ``section_count``: the image's sections, when
+        the header and section table are read before this group; ``base``: the image's DRAM
+        address (IMAGE_BASE): DRAM locations are offsets from it, and the DMA splits bursts
+        at 4 KiB boundaries of the absolute addresses."""
         cfg, B, L = self.config, self.B, self.L
         s = self.shape(instr)
         read = write = 0
         control = 0
-        if header_beats is not None:
-            for n in header_beats:
-                control += self.read_transfer(n) + 1          # + HEADER_CHECK / TABLE_CHECK
+        if section_count is not None:
+            for address, length in ((base, image.HEADER.size),
+                                    (base + image.HEADER.size,
+                                     section_count * image.SECTION.size)):
+                cycles, n = self.control_read(address, length)
+                control += cycles + 1                         # + HEADER_CHECK / TABLE_CHECK
                 read += n * B
         # FETCH, FETCH_ALIGN, DECODE, DECODE2, DIVIDE (one quotient bit per cycle, + 1).
-        n = self.beats(fetch_address, isa.WORDS * 4)
+        cycles, n = self.control_read(base + fetch_address, isa.WORDS * 4)
         read += n * B
-        control += self.read_transfer(n) + 3 + self.row_words_max.bit_length() + 1
+        control += cycles + 3 + self.row_words_max.bit_length() + 1
         chunks = self._chunks(s)
         if s.chunk_obs != s.out_blocks:                      # CHUNK: one block per cycle
             control += s.chunk_obs + 1
         # PARAM: the activation table is written one byte per cycle (the per-channel tables
         # a beat per cycle, like the other parameters).
         param_len = layout.param_bytes(instr, cfg)
-        n = self.beats(instr.params.offset, param_len)
         table_bytes = 256 if instr.act == Activation.TABLE else 0
-        control += self.read_transfer(n, table_bytes // B)
+        cycles, n = self.control_read(base + instr.params.offset, param_len, table_bytes // B)
+        control += cycles
         read += n * B
         loads_weights = not (s.identity or s.streaming or instr.weights_held)
         compute = 0
@@ -226,14 +283,18 @@ class CycleModel:
         # the staging buffer in the others.
         later = instr.replace(input=staging_location(instr)) if stages_input(instr, cfg) \
             else instr
+        ob_base = 0
         for k, obs in enumerate(chunks):
             if loads_weights:
-                w_len = (s.in_blocks * s.taps * L if s.depthwise
-                         else obs * s.ib * s.steps * cfg.ti * cfg.to)
-                n = self.beats(0, w_len)
-                control += self.read_transfer(n)
+                # WEIGHT_CMD: the chunk's blocks, from block ob_base on
+                block_bytes = s.ib * s.steps * cfg.ti * cfg.to
+                w_len = s.in_blocks * s.taps * L if s.depthwise else obs * block_bytes
+                cycles, n = self.control_read(
+                    base + instr.weights.offset + ob_base * block_bytes, w_len)
+                control += cycles
                 read += n * B
-            cycles, r, w, bound = self._compute(later if k else instr, s, obs)
+            cycles, r, w, bound = self._compute(later if k else instr, s, obs, ob_base, base)
+            ob_base += obs
             compute += cycles + 1                              # + COMPUTE_START
             read += r
             write += w
@@ -244,9 +305,11 @@ class CycleModel:
 
     # -- the compute phase ------------------------------------------------------------------
 
-    def _compute(self, instr: Instruction, s: _Shape, obs: int):
-        """(cycles, read bytes, write bytes, bound) of one chunk of ``obs`` output blocks,
-        from the first cycle of COMPUTE to the cycle ``compute_done`` rises."""
+    def _compute(self, instr: Instruction, s: _Shape, obs: int, ob_base: int = 0,
+                 base: int = 0):
+        """(cycles, read bytes, write bytes, bound) of one chunk of ``obs`` output blocks from
+        block ``ob_base`` on, from the first cycle of COMPUTE to the cycle ``compute_done``
+        rises. DRAM commands carry the controller's addresses (``base``: IMAGE_BASE)."""
         from sfnpu.hw.act_table import ActivationTable
         from sfnpu.hw.conv_array import fetch_cycles
 
@@ -263,6 +326,15 @@ class CycleModel:
         out_row_bytes = obs * instr.out_w * L              # one output row of this chunk
         w_row_bytes = obs * s.ib * s.steps * cfg.ti * cfg.to if s.streaming else 0
         sc_row_bytes = obs * s.conv_w * L if is_add else 0
+        # The agents' DRAM addresses (the controller's segment address registers).
+        in_plane = instr.in_h * instr.in_w * L             # one channel block of the input
+        in_address = base + instr.input.offset
+        sc_plane = s.conv_h * s.conv_w * L
+        sc_address = base + instr.shortcut.offset + ob_base * (sc_plane if is_add else L)
+        out_plane = instr.out_h * instr.out_w * L
+        out_first = base + instr.output.offset \
+            + (instr.out_c_offset // L + ob_base) * out_plane
+        set_bytes = s.steps * cfg.ti * cfg.to               # a streamed weight set
 
         # The array: one conv row of every pass of this chunk.
         passes = (1 if s.depthwise else obs) * s.in_blocks
@@ -279,7 +351,8 @@ class CycleModel:
         # CHANNEL_SCALE reads its vector once, before the first result needs it.
         scale_ready = 0
         if instr.eltwise == Eltwise.CHANNEL_SCALE:
-            scale_ready = dram.finish(dram.read(0, obs * L, 1, SHORTCUT_READER)) if sc_dram \
+            scale_ready = dram.finish(dram.read(0, sc_address, obs * L, 1, 0,
+                                                SHORTCUT_READER)) if sc_dram \
                 else 1 + self.issue + obs
         # ADD: the shortcut reader commands one (oy, ob) segment of conv_w words at a time, in
         # the result order, once the shortcut FIFO has room for it counting the words in
@@ -320,7 +393,10 @@ class CycleModel:
                 # the FIFO level and sc_outstanding are registers: room shows a cycle later
                 request = shortcut_taken(taken - 1) + 1 if taken > 0 else 0
                 if sc_dram:
-                    sc_segment.append(dram.read(request, s.conv_w * L, 1, SHORTCUT_READER))
+                    oy, ob = divmod(len(sc_segment), obs)
+                    address = sc_address + ob * sc_plane + oy * s.conv_w * L
+                    sc_segment.append(dram.read(request, address, s.conv_w * L, 1, 0,
+                                                SHORTCUT_READER))
                 else:
                     # the local reader: granted when idle, a word per cycle from the next one
                     sc_local_free[0] = max(sc_local_free[0], request) + s.conv_w + 1
@@ -371,10 +447,15 @@ class CycleModel:
                     requests.append(gates[row_taken] + word + 1)
                 if len(requests) < s.in_blocks:
                     break
+                cb = 0
                 for request, together in groupby(requests):
                     segments = len(list(together))
                     if in_dram:
-                        in_fifo[r] = dram.read(request, segments * instr.in_w * L, segments)
+                        # segments cb … of row r: in_plane apart
+                        address = in_address + cb * in_plane + r * instr.in_w * L
+                        in_fifo[r] = dram.read(request, address, segments * instr.in_w * L,
+                                               segments, in_plane)
+                        cb += segments
                         continue
                     # The local reader streams a granted segment a word per cycle, one cycle
                     # after the grant, and is granted the next one when it is idle.
@@ -399,6 +480,15 @@ class CycleModel:
         last_segment = (instr.out_w - chunk * (_ceil_div(instr.out_w, chunk) - 1)) * L
         latency = _post_latency(instr)
         post_state = [0, 0, 0]                            # next pooled row, post, last write
+        rows_written = [0]                                # pooled rows commanded
+
+        def out_address(k):
+            """Address of write command k of a pooled row (controller order: chunks of a
+            segment, then blocks, then the output rows of the pooled row)."""
+            sub, rest = divmod(k, obs * per_block)
+            ob, c = divmod(rest, per_block)
+            oy = rows_written[0] * rows_out + sub
+            return out_first + ob * out_plane + oy * instr.out_w * L + c * chunk * L
 
         def write_row(done, span, last_write):
             """Command the writes of a pooled row whose last word is in the write buffer at
@@ -407,7 +497,7 @@ class CycleModel:
                 # segments complete evenly over the row; each is commanded once its
                 # words are in the write buffer, the last one when the row is done
                 for k in range(commands):
-                    dram.write(done - span + (k + 1) * span // commands,
+                    dram.write(done - span + (k + 1) * span // commands, out_address(k),
                                last_segment if (k + 1) % per_block == 0 else chunk * L)
             else:
                 # The local writer takes a chunk once all its words are in the write
@@ -419,6 +509,7 @@ class CycleModel:
                     words = last_segment // L \
                         if (k + 1) % (commands // (obs * rows_out)) == 0 else chunk
                     last_write = max(last_write, ready) + words + 1
+            rows_written[0] += 1
             return last_write
 
         avg = _AvgSchedule(self, instr, s, obs, pooled_w, pooled_h, p, f0, f1, pass_cycles,
@@ -471,7 +562,8 @@ class CycleModel:
             if avg is not None:
                 end = avg.held_row(oy, start, end)
             if s.streaming:
-                weights = dram.read(start - row if oy else 0, w_row_bytes, obs * s.ib)
+                weights = dram.read(start - row if oy else 0, base + instr.weights.offset,
+                                    w_row_bytes, obs * s.ib, set_bytes)
                 end = max(end, dram.finish(weights) + p)
             ready = end + self.result_latency
             if sc_segments:
@@ -532,9 +624,12 @@ class CycleModel:
     # -- programs ---------------------------------------------------------------------------
 
     def run(self, program: Sequence[Instruction] | bytes, *,
-            instructions_offset: int | None = None, section_count: int | None = None) -> ModelRun:
+            instructions_offset: int | None = None, section_count: int | None = None,
+            image_base: int = 0) -> ModelRun:
         """Model a whole program: a DRAM image (bytes) or a list of instructions (then the
-        instruction section's offset and the section count default to a typical image's)."""
+        instruction section's offset and the section count default to a typical image's),
+        loaded at DRAM address ``image_base`` (IMAGE_BASE: a multiple of ``SECTION_ALIGN``;
+        :meth:`sfnpu.tb.system.SystemHarness.run`'s ``base``)."""
         if isinstance(program, (bytes, bytearray)):
             img = image.unpack(bytes(program), self.config)
             instructions = list(img.program)
@@ -545,12 +640,14 @@ class CycleModel:
             instructions_offset = image.SECTION_ALIGN if instructions_offset is None \
                 else instructions_offset
             section_count = 5 if section_count is None else section_count
-        header = (self.beats(0, image.HEADER.size),
-                  self.beats(image.HEADER.size, section_count * image.SECTION.size))
+        if image_base % image.SECTION_ALIGN:
+            raise ValueError(f"image base {image_base:#x} is not a multiple of "
+                             f"{image.SECTION_ALIGN} (the controller refuses it)")
         run = ModelRun(self.config)
         for k, instr in enumerate(instructions):
             address = instructions_offset + k * isa.WORDS * 4
-            run.groups.append(self.group(instr, k, address, header if k == 0 else None))
+            run.groups.append(self.group(instr, k, address, section_count if k == 0 else None,
+                                         image_base))
         return run
 
 
@@ -611,24 +708,22 @@ class _Dram:
 
     # -- submitting and answering -----------------------------------------------------------
 
-    def _submit(self, request: int, nbytes: int, commands: int, write: bool,
-                reader: int = INPUT_READER) -> int:
+    def _submit(self, request: int, address: int, nbytes: int, commands: int, stride: int,
+                write: bool, reader: int = INPUT_READER) -> int:
         m = self.m
         handle = self.handles
         self.handles += 1
         if nbytes <= 0:
             self.done[handle] = ceil(request)
             return handle
-        beats = _ceil_div(nbytes, m.B)
-        commands = max(1, min(commands, beats))
-        per, extra = divmod(beats, commands)
+        per = nbytes // commands
         pending = self.pending[write]
-        max_burst = m.config.dram_max_burst
-        bursts = 0
+        bursts = beats = 0
         for k in range(commands):
-            n_cmd = per + (k < extra)
-            lengths = [max_burst] * (n_cmd // max_burst) + ([n_cmd % max_burst]
-                                                            if n_cmd % max_burst else [])
+            # the DMA splits each command at max_burst beats and at 4 KiB boundaries
+            n_cmd = m.beats(address + k * stride, per)
+            lengths = m.bursts(address + k * stride, n_cmd)
+            beats += n_cmd
             bursts += len(lengths)
             if not write:
                 self.readers[reader].append([ceil(request), lengths, handle])
@@ -642,18 +737,18 @@ class _Dram:
         self.beats_moved += beats
         return handle
 
-    def read(self, request: int, nbytes: int, commands: int = 1,
+    def read(self, request: int, address: int, nbytes: int, commands: int = 1, stride: int = 0,
              reader: int = INPUT_READER) -> int:
-        """Submit ``commands`` equal reads of ``reader``, requested from ``request`` on;
-        :meth:`finish` of the handle is the cycle after the last beat (the data is in its
-        FIFO from then on)."""
-        return self._submit(request, nbytes, commands, False, reader)
+        """Submit ``commands`` equal reads of ``reader`` (``nbytes`` in all, command *k* from
+        byte ``address + k·stride``), requested from ``request`` on; :meth:`finish` of the
+        handle is the cycle after the last beat (the data is in its FIFO from then on)."""
+        return self._submit(request, address, nbytes, commands, stride, False, reader)
 
-    def write(self, request: int, nbytes: int, commands: int = 1) -> int:
-        """Submit ``commands`` equal writes (their data is in the write buffer from
-        ``request``); :attr:`last_response` is the last write response once :meth:`drain`
-        has run."""
-        return self._submit(request, nbytes, commands, True)
+    def write(self, request: int, address: int, nbytes: int) -> int:
+        """Submit a write of ``nbytes`` to byte ``address`` (its data is in the write buffer
+        from ``request``); :attr:`last_response` is the last write response once
+        :meth:`drain` has run."""
+        return self._submit(request, address, nbytes, 1, 0, True)
 
     def finish(self, handle: int) -> int:
         """The cycle after the last beat of a submitted transfer."""
