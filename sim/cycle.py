@@ -208,7 +208,7 @@ class CycleModel:
         n = self.beats(address, length)
         cycles = self.read_transfer(n, slow_beats)
         lengths = self.bursts(address, n)
-        if len(lengths) <= self.outstanding or len(lengths) == _ceil_div(n, self.max_burst):
+        if len(lengths) <= self.outstanding or all(k == self.max_burst for k in lengths[:-1]):
             return cycles, n                         # the closed form's bursts: no gap
         beat, O = self.beat, self.outstanding
         issued, last_beats = self.issue - 1, []

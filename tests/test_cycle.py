@@ -119,3 +119,37 @@ def test_comparison_reports_disagreements(compiled):
     wrong = list(reads)
     wrong[-1] += 8
     assert any("DRAM bytes" in p for p in compare(run, cycles, wrong, writes).problems())
+
+
+@pytest.mark.parametrize("name", ["tiny", "ecp5", "kcu1500"])
+def test_bursts_split_as_the_dma_splits_them(name):
+    """Every DRAM command is split into the DMA's bursts (≤ dram_max_burst beats, never across
+    a 4 KiB boundary): the reference the DMA's own tests hold the RTL to."""
+    import numpy as np
+    from test_hw_dma import READ, expected_bursts
+
+    config = get_config(name)
+    model = CycleModel(config)
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        address = int(rng.integers(0, 3 * 4096)) // config.lanes * config.lanes
+        length = int(rng.integers(1, 40)) * config.lanes
+        expect = [beats for _, beats in expected_bursts([(address, length, READ)], config, READ)]
+        assert model.bursts(address, model.beats(address, length)) == expect
+
+
+def test_image_base_moves_the_4kib_boundaries(compiled):
+    """Absolute addresses are the image base plus the image's offsets: a base a multiple of
+    4 KiB away changes nothing, the bytes never change, and the controller's alignment rule
+    (SECTION_ALIGN) is enforced."""
+    config = get_config("tiny")
+    _, blob = compiled
+    model = CycleModel(config)
+    at0 = model.run(blob)
+    assert model.run(blob, image_base=3 * 4096).groups == at0.groups
+    for base in (64, 4096 - 64, 2048 + 512):
+        moved = model.run(blob, image_base=base)
+        assert [(g.read_bytes, g.write_bytes) for g in moved.groups] == \
+            [(g.read_bytes, g.write_bytes) for g in at0.groups]
+    with pytest.raises(ValueError):
+        model.run(blob, image_base=32)
