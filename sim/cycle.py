@@ -199,31 +199,46 @@ class CycleModel:
         return self.issue + self.latency + data
 
     def control_read(self, address: int, length: int, slow_beats: int = 0) -> tuple[int, int]:
-        """(cycles, beats) of a control-FSM read of ``length`` bytes from byte ``address``
-        (:meth:`read_transfer`). The DMA issues its bursts one per cycle, burst *j* + *O* no
-        earlier than ``REISSUE_LATENCY`` cycles after burst *j*'s last beat, and a burst's data
-        is due ``latency`` cycles after its address: when a 4 KiB boundary leaves short bursts
-        among the first *O*, the next address can come too late for the beats to stream on,
-        and the read takes that much longer."""
+        """(cycles, beats) of a control-FSM read of ``length`` bytes from byte ``address``, its
+        last ``slow_beats`` beats taken one byte per cycle (:meth:`read_transfer`). The DMA
+        issues its bursts one per cycle, burst *j* + *O* no earlier than ``REISSUE_LATENCY``
+        cycles after burst *j*'s last beat was taken, and a burst's data is due ``latency``
+        cycles after its address: when a 4 KiB boundary leaves a short burst among full ones,
+        the next address can come too late for the beats to stream on (unless the slow beats
+        hide it), and the read takes that much longer."""
         n = self.beats(address, length)
         cycles = self.read_transfer(n, slow_beats)
         lengths = self.bursts(address, n)
         if len(lengths) <= self.outstanding or all(k == self.max_burst for k in lengths[:-1]):
             return cycles, n                         # the closed form's bursts: no gap
         beat, O = self.beat, self.outstanding
-        issued, last_beats = self.issue - 1, []
-        free = 0
+        slow_cycles = max(self.B, ceil(beat))
+        slow_from = n - slow_beats                   # the first slow beat
+        issued, done = self.issue - 1, []            # last address; bursts' last beats taken
+        free = 0                                     # the credit's next beat
+        taken = beat_index = 0
         for j, k in enumerate(lengths):
             aw = issued + 1
             if j >= O:
-                aw = max(aw, ceil(last_beats[j - O]) + self.reissue)
+                aw = max(aw, ceil(done[j - O]) + self.reissue)
             issued = aw
-            first = max(aw + self.latency, free)
-            end = first + (k - 1) * beat
-            last_beats.append(end)
-            free = end + beat
-        gap = floor(end) - (self.issue + self.latency + floor((n - 1) * beat))
-        return cycles + gap, n
+            due = aw + self.latency
+            fast = max(0, min(k, slow_from - beat_index))
+            if fast:
+                taken = max(due, free) + (fast - 1) * beat
+                free = taken + beat
+            if k > fast:
+                # a slow beat is taken slow_cycles after the one before it (read_transfer),
+                # and not before slow_cycles − 1 cycles after it is due
+                first = max(due + slow_cycles - 1, taken + slow_cycles) if beat_index + fast \
+                    else due + slow_cycles - 1
+                taken = first + (k - fast - 1) * slow_cycles
+            done.append(taken)
+            beat_index += k
+        closed = self.issue + self.latency + floor((n - slow_beats - 1) * beat) \
+            + slow_beats * slow_cycles if n > slow_beats \
+            else self.issue + self.latency - 1 + slow_beats * slow_cycles
+        return cycles + floor(taken) - closed, n
 
     # -- the group's derived parameters ---------------------------------------------------
 
