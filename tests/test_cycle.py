@@ -153,3 +153,16 @@ def test_image_base_moves_the_4kib_boundaries(compiled):
             [(g.read_bytes, g.write_bytes) for g in at0.groups]
     with pytest.raises(ValueError):
         model.run(blob, image_base=32)
+
+
+def test_a_short_burst_between_full_ones_delays_a_control_read():
+    """ecp5 (4-byte beats every 2 cycles, latency 20, two bursts outstanding): 512 bytes from
+    4 KiB − 136 split into bursts of 16, 16, 2, 16, … beats. Burst 3's address waits for
+    burst 1's last beat (cycle 84) + REISSUE_LATENCY: its data is due in cycle 106, where the
+    unsplit stream would have reached it in cycle 90 — 16 cycles more (the DMA in simulation
+    against the DRAM model: last beat in cycle 292 instead of 276). Starting on the boundary,
+    the split is the max_burst one and costs nothing."""
+    model = CycleModel(get_config("ecp5"))
+    assert model.bursts(4096 - 136, 128)[:4] == [16, 16, 2, 16]
+    assert model.control_read(4096 - 136, 512) == (model.read_transfer(128) + 16, 128)
+    assert model.control_read(4096, 512) == (model.read_transfer(128), 128)
