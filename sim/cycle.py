@@ -1063,7 +1063,7 @@ def _post_latency(instr: Instruction) -> int:
 #: Largest relative difference between the model's and the RTL's cycles accepted in any one
 #: group, and over a whole run. The measured agreement (``make bench``, ``sfnpu sim``) is
 #: reported beside them; the goal is exact.
-GROUP_TOLERANCE = 0.08
+GROUP_TOLERANCE = 0.05
 RUN_TOLERANCE = 0.01
 
 

@@ -49,6 +49,8 @@ EXAMPLES = [
     (8, 6, 6, 0, (("conv", (3, 1, 8)), ("add", None), ("act", "HardSwish"))),
     (3, 9, 7, 1, (("conv", (5, 2, 12)), ("dw", (3, 1)), ("up", None), ("pool", "avg"))),
     (8, 7, 9, 2, (("twin", 3), ("pool", "max"), ("twin", 1))),
+    # Residual adds whose input and shortcut reads cross a 4 KiB boundary (burst splits).
+    (3, 14, 14, 0, (("twin", 1), ("pool", "max"), ("add", None), ("add", None))),
 ]
 #: Specs rerun on ecp5 as well (``make test`` draws on tiny only): a residual add whose input,
 #: shortcut and output all cross ecp5's narrow DRAM bus, so its reads and writes contend.
