@@ -180,8 +180,6 @@ def evaluate(compiled, blocks: Blocks, policy: Policy, budget: Budget,
     """Allocate, place and measure one policy against a budget, on
     :func:`evaluation_config`."""
     program = compiled.program
-    if latency is None or latency is model_latency(program.config):
-        latency = None                      # the cycle model of the hardware measured on
     config = evaluation_config(program, blocks, policy, budget)
     if config != program.config:
         program = dataclasses.replace(program, config=config)

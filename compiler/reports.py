@@ -498,9 +498,9 @@ DEVIATIONS = f"""\
   weight tensor once; reduction = 1 − policy / that total.
   Table IV's and VI's rows give, per budget, the latency-optimal policy (eq. 10, as the paper)
   and the policy with the least DRAM traffic; every column of a row is that row's policy.
-  Latencies within {LATENCY_TIE:.1%} of the fastest (`cutpoints.LATENCY_TIE`) count as equal, below the
-  cycle model's accuracy against the RTL: YOLOv2's fastest policy saved 9 cycles of 6.16 M
-  for 9.7 MB more feature-map traffic (6.9 MB dense).
+  Latencies within {LATENCY_TIE:.1%} of the fastest (`cutpoints.LATENCY_TIE`) count as
+  equal, below the cycle model's accuracy against the RTL: YOLOv2's fastest policy saved 9
+  cycles of 6.16 M for 9.7 MB more feature-map traffic (6.9 MB dense).
 - **Weight store size.** A row-mode layer whose weights exceed the weight store streams
   them once per conv output row; its traffic counts every pass and constraint 10 refuses the
   policy. The configuration's budget has its own store (`buffer_bytes[1]`). Unlimited buffers

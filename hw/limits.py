@@ -119,10 +119,8 @@ def loads_whole_weights(instr: Instruction, config: HwConfig) -> bool:
 def streams_weights(instr: Instruction, config: HwConfig) -> bool:
     """Whether the controller streams the group's weights from DRAM once per conv output row:
     row reuse of a normal convolution whose weights exceed the weight store."""
-    if instr.reuse != Reuse.ROW or instr.conv != ConvKind.NORMAL:
-        return False
-    z = StoreSizes.of(config)
-    return group_shape(instr, z).weight_steps > z.weight_words
+    return (instr.reuse == Reuse.ROW and instr.conv == ConvKind.NORMAL
+            and not loads_whole_weights(instr, config))
 
 
 def weight_reads(instr: Instruction, config: HwConfig) -> int:
@@ -142,11 +140,8 @@ def stages_input(instr: Instruction, config: HwConfig) -> bool:
     whose weights it takes in several output-channel chunks reads a DRAM input once, during
     the first chunk, copying it into :func:`staging_buffer` at offset 0, and the later chunks
     read it there."""
-    if instr.reuse != Reuse.FRAME or instr.conv != ConvKind.NORMAL \
-            or instr.input.space != MemSpace.DRAM:
-        return False
-    z = StoreSizes.of(config)
-    return group_shape(instr, z).weight_steps > z.weight_words
+    return (instr.reuse == Reuse.FRAME and instr.conv == ConvKind.NORMAL
+            and instr.input.space == MemSpace.DRAM and not loads_whole_weights(instr, config))
 
 
 def staging_buffer(output: Location, shortcut: Location | None) -> int:

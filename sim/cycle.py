@@ -685,9 +685,10 @@ class _Dram:
     load of both the beats alternate. Beats of one direction move in bulk while the other has
     none due; they are placed one at a time only while both compete.
 
-    Read commands come from the readers (shortcut, input), each in its own order. When the read side can accept a command (the previous one has issued its last
-    burst, no write command is requested), the command arbiter grants the highest-priority
-    reader whose next command is requested by then, or else the first to request.
+    Read commands come from the readers (shortcut, input), each in its own order. When the
+    read side can accept a command (the previous one has issued its last burst, no write
+    command is requested), the command arbiter grants the highest-priority reader whose next
+    command is requested by then, or else the first to request.
 
     Commands are submitted as the compute schedule meets them (:meth:`read`, :meth:`write`:
     a handle) and the bus is simulated only as far as an answer needs (:meth:`finish`), so
