@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from .ir import Graph, Node, QType, Tensor, check
+from .ir import Graph, Node, QType, Tensor, check, space_to_depth_conv
 
 __all__ = ["ModelError", "HostPlan", "Imported", "load_model", "import_model",
            "SUPPORTED_OPS"]
@@ -548,24 +548,15 @@ class _Importer:
         self.nodes.append(Node(node.name, "resize", (x.name,), out, attrs=dict(scale=2)))
 
     def space_to_depth_node(self, node, out, qtype):
-        """SpaceToDepth (YOLOv2's reorg) is a 2×2 stride-2 convolution with one-hot weights:
-        output channel (dy·2 + dx)·C + c copies x[c, 2i + dy, 2j + dx] (requantisation by
-        exactly 1.0 when the quantisation is unchanged, as onnxruntime's copy)."""
+        """SpaceToDepth (YOLOv2's reorg): :func:`~.ir.space_to_depth_conv` (onnxruntime copies
+        the codes; the one-hot convolution does too when the quantisation is unchanged)."""
         x = self.input_tensor(node)
         c, h, w = x.shape
         if _attr(node, "blocksize") != 2 or qtype != x.qtype or h % 2 or w % 2:
             raise ModelError(f"{_where(node)}: SpaceToDepth with block size 2, even sizes and "
                              "unchanged quantisation only")
-        weight = np.zeros((4 * c, c, 2, 2), np.int8)
-        for dy in range(2):
-            for dx in range(2):
-                weight[(dy * 2 + dx) * c + np.arange(c), np.arange(c), dy, dx] = 1
         self.add_tensor(out, (4 * c, h // 2, w // 2), qtype)
-        self.nodes.append(Node(node.name, "conv", (x.name,), out,
-                               attrs=dict(stride=(2, 2), pads=(0, 0, 0, 0), depthwise=False),
-                               consts=dict(weight=weight, weight_scale=np.ones(4 * c, np.float32),
-                                           weight_zp=np.zeros(4 * c, np.int8),
-                                           bias=np.zeros(4 * c, np.int32))))
+        self.nodes.append(space_to_depth_conv(node.name, x.name, out, c))
 
     def constant_operand_node(self, node, out, qtype):
         """An arithmetic op between a feature map and a scalar constant (``x · c``, ``x + c``,

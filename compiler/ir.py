@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["QType", "Tensor", "Node", "Graph", "IRError", "OPS", "check"]
+__all__ = ["QType", "Tensor", "Node", "Graph", "IRError", "OPS", "check", "space_to_depth_conv"]
 
 
 class IRError(ValueError):
@@ -140,3 +140,18 @@ def check(graph: Graph) -> Graph:
         if name not in defined:
             raise IRError(f"graph output {name!r} is never produced")
     return graph
+
+
+def space_to_depth_conv(name: str, source: str, output: str, channels: int) -> Node:
+    """SpaceToDepth with block 2 as a 2×2 stride-2 convolution with one-hot weights: output
+    channel ``(dy·2 + dx)·C + c`` copies ``x[c, 2i + dy, 2j + dx]``. With the output quantised
+    as the input, the requantisation is by exactly 1.0, so the codes pass unchanged."""
+    weight = np.zeros((4 * channels, channels, 2, 2), np.int8)
+    for dy in range(2):
+        for dx in range(2):
+            weight[(dy * 2 + dx) * channels + np.arange(channels), np.arange(channels), dy, dx] = 1
+    return Node(name, "conv", (source,), output,
+                attrs=dict(stride=(2, 2), pads=(0, 0, 0, 0), depthwise=False),
+                consts=dict(weight=weight, weight_scale=np.ones(4 * channels, np.float32),
+                            weight_zp=np.zeros(4 * channels, np.int8),
+                            bias=np.zeros(4 * channels, np.int32)))

@@ -11,13 +11,15 @@ import numpy as np
 
 from sfnpu import numeric
 from sfnpu.config import HwConfig
+from sfnpu.hw.conv_array import row_cycles
 from sfnpu.hw.limits import StoreSizes
 
 from .groups import weight_key
-from .ir import Graph, Node, QType, Tensor, check
+from .ir import Graph, Node, QType, Tensor, check, space_to_depth_conv
 
 __all__ = ["PASSES", "run_passes", "fold_silu", "requantize_concat_inputs",
-           "drop_dead_nodes", "split_shared_wide_convs"]
+           "drop_dead_nodes", "split_shared_wide_convs", "space_to_depth_strided_convs",
+           "space_to_depth_form"]
 
 
 def _codes(q: QType) -> np.ndarray:
@@ -170,3 +172,94 @@ def _slices(conv: Node, z: StoreSizes) -> list[tuple[int, int]] | None:
     n = -(-blocks // fit)
     size = -(-blocks // n) * z.lanes
     return [(lo, min(lo + size, o)) for lo in range(0, o, size)]
+
+
+def space_to_depth_strided_convs(graph: Graph, config: HwConfig) -> tuple[Graph, bool]:
+    """A stride-2 normal convolution over few channels (a stem: 3 × 7×7 in ResNet, 3 × 3×3 in
+    EfficientNet) leaves most of the ``Ti`` input lanes of the array idle for ``kh·kw`` cycles
+    per pixel. Rewritten as SpaceToDepth(2) (:func:`~.ir.space_to_depth_conv`) followed by a
+    stride-1 convolution over ``4·C`` channels with a ``⌈(k + e)/2⌉`` kernel, it takes about a
+    quarter of the taps. The rewrite is applied where :func:`~sfnpu.hw.conv_array.row_cycles`
+    says the two take at most three quarters of the array cycles of the one on ``config`` —
+    the margin pays for the added group's control and its feature map's traffic (a 3×3 stem
+    over 3 channels, 9 → 4 + 4 taps, stays as it is).
+
+    Exact: tap ``t`` of the original reads ``x[2o + t − p]``; with ``e = 2⌈p/2⌉ − p`` the new
+    kernel's tap ``2a + b`` is the old tap ``2a + b − e`` and reads phase ``b`` of the
+    SpaceToDepth pixel ``o + a − ⌈p/2⌉``. Every product of the original is computed once, the
+    added taps weigh ``w − w_zp = 0``, and padding is the input zero point in both, so the int32
+    accumulators — and everything after them — are identical."""
+    nodes, tensors, changed = [], dict(graph.tensors), False
+    for node in graph.nodes:
+        plan = _space_to_depth_plan(node, graph, config) if node.op == "conv" else None
+        if plan is None:
+            nodes.append(node)
+            continue
+        x = graph.tensors[node.inputs[0]]
+        c, h, w = x.shape
+        name = f"{node.output}.space_to_depth"
+        tensors[name] = Tensor(name, (4 * c, h // 2, w // 2), x.qtype)
+        nodes.append(space_to_depth_conv(f"{node.name}.space_to_depth", x.name, name, c))
+        weight, pads = plan
+        nodes.append(node.replace(inputs=(name,), attrs=dict(node.attrs, stride=(1, 1),
+                                                             pads=pads),
+                                  consts=dict(node.consts, weight=weight)))
+        changed = True
+    return (graph.replace(nodes=nodes, tensors=tensors), True) if changed else (graph, False)
+
+
+def _space_to_depth_axis(size: int, k: int, pad_a: int, pad_b: int
+                         ) -> tuple[int, int, int, int] | None:
+    """(shift e, new kernel K, new pads before/after) of one axis, or None when a pad is not
+    below the kernel side, as :func:`sfnpu.isa.validate` requires."""
+    out = (size + pad_a + pad_b - k) // 2 + 1
+    before = -(-pad_a // 2)
+    e = 2 * before - pad_a
+    kernel = -(-(k + e) // 2)
+    after = out - size // 2 - before + kernel - 1
+    if not (0 <= after < kernel and before < kernel):
+        return None
+    return e, kernel, before, after
+
+
+def space_to_depth_form(conv: Node, in_shape: tuple[int, int, int]):
+    """The stride-1 convolution that computes ``conv`` (stride 2, normal) from the
+    SpaceToDepth(2) of its input: (weights ``(O, 4·C, K, K')``, pads), or None when the input
+    has an odd side or a new pad would not be below the new kernel side."""
+    c, h, w = in_shape
+    old = conv.consts["weight"]
+    o, _, kh, kw = old.shape
+    top, left, bottom, right = conv.attrs["pads"]
+    rows, cols = _space_to_depth_axis(h, kh, top, bottom), _space_to_depth_axis(w, kw, left, right)
+    if h % 2 or w % 2 or rows is None or cols is None:
+        return None
+    (ey, ky, top2, bottom2), (ex, kx, left2, right2) = rows, cols
+    zero_points = np.asarray(conv.consts["weight_zp"], np.int8).reshape(-1, 1, 1, 1)
+    weight = np.broadcast_to(zero_points, (o, 4 * c, ky, kx)).copy()   # added taps weigh 0
+    for dy in range(2):
+        for dx in range(2):
+            phase = weight[:, (dy * 2 + dx) * c:(dy * 2 + dx + 1) * c]
+            ty, tx = np.arange(ky) * 2 + dy - ey, np.arange(kx) * 2 + dx - ex
+            ay, ax = (ty >= 0) & (ty < kh), (tx >= 0) & (tx < kw)
+            phase[:, :, np.flatnonzero(ay)[:, None], np.flatnonzero(ax)[None, :]] = \
+                old[:, :, ty[ay][:, None], tx[ax][None, :]]
+    return weight, (top2, left2, bottom2, right2)
+
+
+def _space_to_depth_plan(conv: Node, graph: Graph, config: HwConfig):
+    """:func:`space_to_depth_form` of ``conv`` when the rewrite applies and saves a quarter of
+    the array cycles on ``config``."""
+    if conv.attrs["depthwise"] or conv.attrs["stride"] != (2, 2):
+        return None
+    shape = graph.tensors[conv.inputs[0]].shape
+    form = space_to_depth_form(conv, shape)
+    if form is None:
+        return None
+    c, h, w = shape
+    o, _, kh, kw = conv.consts["weight"].shape
+    _, _, ky, kx = form[0].shape
+    _, out_h, out_w = graph.tensors[conv.output].shape
+    before = out_h * row_cycles(False, kh, kw, 2, out_w, c, o, config)
+    after = (h // 2 * row_cycles(False, 2, 2, 2, w // 2, c, 4 * c, config)
+             + out_h * row_cycles(False, ky, kx, 1, out_w, 4 * c, o, config))
+    return form if 4 * after <= 3 * before else None

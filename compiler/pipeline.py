@@ -20,7 +20,7 @@ from sfnpu.config import HwConfig
 from .codegen import Program, generate
 from .groups import Group, fuse
 from .ir import check
-from .passes import run_passes, split_shared_wide_convs
+from .passes import run_passes, space_to_depth_strided_convs, split_shared_wide_convs
 from .importer import Imported, import_model
 
 __all__ = ["Compiled", "PipelineConfig", "STEPS", "compile_model", "run_onnxruntime",
@@ -36,6 +36,10 @@ class PipelineConfig:
     modules: bool = False
     #: Bytes of each buffer the module allocation may use; None: the configuration's.
     module_capacity: tuple[int, int, int] | None = None
+    #: Stride-2 convolutions over few channels (network stems) rewritten as SpaceToDepth and a
+    #: stride-1 convolution where that takes fewer array cycles
+    #: (:func:`.passes.space_to_depth_strided_convs`; bit-exact either way).
+    space_to_depth: bool = True
 
     @property
     def steps(self) -> tuple[str, ...]:
@@ -48,6 +52,7 @@ class PipelineConfig:
 STEPS: tuple[tuple[str, str | None], ...] = (
     ("import", None),         # QDQ ONNX → IR (importer.py)
     ("passes", None),         # IR passes (passes.py), then shared convs split to fit the store
+    ("space_to_depth", "space_to_depth"),   # stems: SpaceToDepth + stride-1 conv (passes.py)
     ("fuse", None),           # IR nodes → groups (groups.py)
     ("generate", None),       # groups → instructions, every feature map in DRAM (codegen.py)
     ("modules", "modules"),   # module-level allocation (modules.py)
@@ -74,6 +79,9 @@ class Compiled:
     groups: list[Group]
     program: Program
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)   # what produced it
+    #: The configuration-dependent rewrites that changed the graph ("split_shared_wide_convs",
+    #: "space_to_depth"): the program computes the network through them.
+    rewrites: tuple[str, ...] = ()
 
     @property
     def graph(self):
@@ -129,12 +137,19 @@ def compile_model(src, config: HwConfig, pipeline: PipelineConfig = PipelineConf
     """Run the steps of :data:`STEPS` that ``pipeline`` switches on."""
     imported = import_model(src)
     graph, _ = run_passes(imported.graph)
-    graph, split = split_shared_wide_convs(graph, config)
-    if split:
-        check(graph)
+    rewrites = []
+    for name, rewrite, switch in (("split_shared_wide_convs", split_shared_wide_convs, True),
+                                  ("space_to_depth", space_to_depth_strided_convs,
+                                   pipeline.space_to_depth)):
+        if switch:
+            graph, changed = rewrite(graph, config)
+            if changed:
+                check(graph)
+                rewrites.append(name)
     imported = replace(imported, graph=graph)
     groups = fuse(graph)
-    compiled = Compiled(imported, groups, generate(graph, groups, config), pipeline)
+    compiled = Compiled(imported, groups, generate(graph, groups, config), pipeline,
+                        tuple(rewrites))
     if pipeline.modules:
         from .modules import apply_modules
         compiled = apply_modules(compiled, pipeline.module_capacity)

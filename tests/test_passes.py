@@ -4,15 +4,18 @@ equivalence with onnxruntime (through the golden model)."""
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, strategies as st
 
 from sfnpu.compiler import ir
 from sfnpu.compiler.groups import fuse
 from sfnpu.compiler.importer import import_model
+from sfnpu import numeric
 from sfnpu.compiler.passes import (drop_dead_nodes, fold_silu, requantize_concat_inputs,
-                                   run_passes, split_shared_wide_convs)
-from sfnpu.compiler.pipeline import compile_model, run_onnxruntime
+                                   run_passes, space_to_depth_form, split_shared_wide_convs)
+from sfnpu.compiler.pipeline import PipelineConfig, compile_model, run_onnxruntime
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
+from sfnpu.sim.cycle import CycleModel
 from sfnpu.sim.golden import GoldenModel
 from netbuild import Net
 
@@ -25,11 +28,11 @@ def qdq(tmp_path, net, outputs, name):
     return path
 
 
-def identical(path, net):
-    compiled = compile_model(path, TINY)
+def identical(path, net, config=TINY):
+    compiled = compile_model(path, config)
     x = net.samples(1, seed=11, scale=1.2)
     want = run_onnxruntime(onnx.load(str(path)), {"x": x})
-    got = compiled.run({"x": x}, GoldenModel(TINY).outputs)
+    got = compiled.run({"x": x}, GoldenModel(config).outputs)
     return compiled, all((want[k] == got[k]).all() for k in want)
 
 
@@ -192,3 +195,80 @@ def test_shared_wide_convolution_splits_into_slices_that_fit(tmp_path):
     big = TINY.replace(name="big-store", buffer_bytes=(256 * 1024,) * 3)
     assert not any(".slice" in n.name for n in compile_model(path, big).graph.nodes)
     assert split_shared_wide_convs(compiled.graph, TINY) == (compiled.graph, False)
+
+
+# -- SpaceToDepth for stride-2 stems -------------------------------------------------------------
+
+@given(st.integers(1, 4), st.integers(1, 6), st.integers(1, 6), st.integers(1, 7),
+       st.integers(1, 7), st.tuples(*[st.integers(0, 6)] * 4), st.integers(0, 2**32 - 1))
+def test_space_to_depth_form_computes_the_same_accumulators(c, half_h, half_w, kh, kw, pads,
+                                                            seed):
+    """Any stride-2 convolution the instruction set encodes (kernel ≤ 7, pads below it): where
+    the rewrite exists, SpaceToDepth then the stride-1 form gives the int32 accumulators of the
+    original, bit for bit — with random weight and input zero points."""
+    top, left, bottom, right = pads
+    if not (top < kh and bottom < kh and left < kw and right < kw):
+        return
+    h, w = 2 * half_h, 2 * half_w
+    if h + top + bottom < kh or w + left + right < kw:
+        return
+    rng = np.random.default_rng(seed)
+    o = 3
+    weight = rng.integers(-128, 128, (o, c, kh, kw), dtype=np.int8)
+    w_zp = rng.integers(-128, 128, o, dtype=np.int8)
+    bias = rng.integers(-1000, 1000, o, dtype=np.int32)
+    x = rng.integers(0, 256, (c, h, w), dtype=np.uint8)
+    x_zp = int(rng.integers(0, 256))
+    conv = ir.Node("stem", "conv", ("x",), "y", attrs=dict(stride=(2, 2), pads=pads,
+                                                            depthwise=False),
+                   consts=dict(weight=weight, weight_zp=w_zp, bias=bias))
+    form = space_to_depth_form(conv, (c, h, w))
+    if form is None:                        # a new pad would reach the new kernel side
+        return
+    new_weight, new_pads = form
+    assert all(p < k for p, k in zip(new_pads, new_weight.shape[2:] * 2))
+    s2d = ir.space_to_depth_conv("s2d", "x", "x2", c)
+    x2 = numeric.conv_accumulate(x, x_zp, s2d.consts["weight"], 0, None, (2, 2)) + x_zp
+    want = numeric.conv_accumulate(x, x_zp, weight, w_zp, bias, (2, 2), pads)
+    got = numeric.conv_accumulate(x2.astype(np.uint8), x_zp, new_weight, w_zp, bias, (1, 1),
+                                  new_pads)
+    assert np.array_equal(want, got)
+
+
+@pytest.mark.parametrize("config, c, k, pads", [
+    ("kcu1500", 3, 7, [3, 3, 3, 3]),     # ResNet's stem
+    ("tiny", 2, 7, [3, 3, 3, 3]),
+    ("tiny", 1, 7, [2, 3, 3, 2]),
+    ("tiny", 2, 5, [2, 2, 2, 2]),
+    ("tiny", 2, 5, [1, 1, 2, 2]),        # TensorFlow's SAME padding
+    ("tiny", 1, 5, [0, 0, 0, 0]),
+])
+def test_stride_two_stem_runs_as_space_to_depth(tmp_path, config, c, k, pads):
+    """A stride-2 convolution over fewer channels than the array's lanes becomes SpaceToDepth
+    and a stride-1 convolution; the program still equals onnxruntime's model, and the cycle
+    model's run is shorter than without the rewrite."""
+    config = get_config(config)
+    net = Net((c, 12, 12), seed=5, name="stem")
+    y = net.op("Relu", [net.conv("x", c, 8, k, stride=2, pads=pads)])
+    path = qdq(tmp_path, net, [net.conv(y, 8, 8, 3)], f"stem{c}{k}")
+    compiled, same = identical(path, net, config)
+    assert same
+    assert [n.name.endswith(".space_to_depth") for n in compiled.graph.nodes][:2] == [True, False]
+    stem = compiled.graph.nodes[1]
+    assert stem.attrs["stride"] == (1, 1) and stem.consts["weight"].shape[1] == 4 * c
+    plain = compile_model(path, config, PipelineConfig(space_to_depth=False))
+    assert len(plain.program.instructions) == len(compiled.program.instructions) - 1
+    model = CycleModel(config)
+    assert (model.run(compiled.program.instructions).cycles
+            < model.run(plain.program.instructions).cycles)
+
+
+def test_space_to_depth_only_where_it_saves_cycles(tmp_path):
+    """A 3×3 stem over 3 channels (9 taps against 4 + 4), 8 channels that fill ``tiny``'s
+    lanes already, and an odd input side: all stay as they are."""
+    for c, size, k in ((3, 12, 3), (8, 12, 7), (2, 13, 7)):
+        net = Net((c, size, size), seed=6, name="nostem")
+        path = qdq(tmp_path, net, [net.conv("x", c, 8, k, stride=2)], f"nostem{c}{k}")
+        compiled, same = identical(path, net)
+        assert same and ops(compiled.graph) == ["conv"]
+        assert compiled.graph.nodes[0].attrs["stride"] == (2, 2)

@@ -12,9 +12,9 @@ from sfnpu.compiler import reports
 from sfnpu.compiler.blocks import detect_blocks
 from sfnpu.compiler.cutpoints import (LATENCY_TIE, conv_macs, cut_policies, evaluate,
                                       search)
-from sfnpu.compiler.memory import Budget, allocate, dense_requirements, place
+from sfnpu.compiler.memory import Budget, Policy, allocate, dense_requirements, place
 from sfnpu.compiler.paper_reference import TABLE_IV, TABLE_VI
-from sfnpu.compiler.pipeline import compile_model
+from sfnpu.compiler.pipeline import PipelineConfig, compile_model
 from sfnpu.config import get_config
 from sfnpu.isa import ConvKind, Eltwise, MemSpace, Reuse
 from netbuild import Net
@@ -28,6 +28,18 @@ def report(tmp_path_factory):
     assert cli.main(["report", "resnet18", "--size", "64", "--out", str(out)]) == 0
     compiled = compile_model(out / "models" / "resnet18_64.qdq.onnx", KCU)
     return out, compiled, detect_blocks(compiled.graph, compiled.groups)
+
+
+@pytest.fixture(scope="module")
+def network(report):
+    """ResNet-18 as written: the program runs its 7×7 stem as SpaceToDepth and a 4×4
+    convolution, but its GOP, weights and everything-once total are the network's."""
+    out, compiled, _ = report
+    assert compiled.rewrites == ("space_to_depth",)
+    plain = compile_model(out / "models" / "resnet18_64.qdq.onnx", KCU,
+                          PipelineConfig(space_to_depth=False))
+    assert len(plain.program.instructions) == len(compiled.program.instructions) - 1
+    return plain, detect_blocks(plain.graph, plain.groups)
 
 
 def read_csv(path):
@@ -108,10 +120,12 @@ def fastest(candidates):
                key=lambda e: (e.traffic.total, e.latency, e.sram))
 
 
-def test_layer_wise_once_counts_the_onnx_conv_layers(report):
-    """The reconstructed everything-once total, from the compiled groups, equals the same count
-    over the ONNX graph's Conv, Add and Gemm nodes (shape inference, dense bytes)."""
-    out, compiled, blocks = report
+def test_layer_wise_once_counts_the_onnx_conv_layers(report, network):
+    """The reconstructed everything-once total, from the network's compiled groups, equals the
+    same count over the ONNX graph's Conv, Add and Gemm nodes (shape inference, dense
+    bytes)."""
+    out, _, _ = report
+    compiled, blocks = network
     model = onnx.shape_inference.infer_shapes(onnx.load(out / "models" / "resnet18_64.qdq.onnx"))
     g = model.graph
     shape = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
@@ -134,8 +148,9 @@ def test_layer_wise_once_counts_the_onnx_conv_layers(report):
         reports.LayerWiseOnce(conv_io, shortcuts, weights, classifier)
 
 
-def test_summary_tables_equal_the_searches(report):
+def test_summary_tables_equal_the_searches(report, network):
     out, compiled, blocks = report
+    plain, plain_blocks = network
     (ii,) = read_csv(out / "table_ii.csv")
     sweep = search(compiled, Budget.unlimited(), objective="sram", blocks=blocks)
     assert (ii["network"], int(ii["sram_B"]), ii["policy"]) == \
@@ -147,16 +162,20 @@ def test_summary_tables_equal_the_searches(report):
     least = min(budgeted.feasible, key=lambda e: (e.traffic.total, e.latency, e.sram))
     # The search's objective (eq. 10): the least traffic among the fastest, up to LATENCY_TIE.
     assert budgeted.best == fastest(budgeted.feasible)
-    all_row = next(e for e in sweep.evaluations if set(e.policy.modes) == {Reuse.ROW})
-    # Everything once: the all-row policy's maps and parameters, every weight tensor once —
-    # which is all it reads: the unlimited sweep sizes the weight store by eq. 2, so no layer
-    # (layer4's 2.4 MB, past kcu1500's 1.5 MiB store) streams its weights.
+    # Everything once: the network's all-row policy's maps and parameters, every weight
+    # tensor once — which is all it reads: the unlimited sweep sizes the weight store by eq. 2,
+    # so no layer (layer4's 2.4 MB, past kcu1500's 1.5 MiB store) streams its weights.
+    all_row = evaluate(plain, plain_blocks, Policy.uniform(plain_blocks, Reuse.ROW),
+                       Budget.unlimited())
     weights = {i.weights.offset: layout.weight_bytes(i, KCU)
-               for i in compiled.program.instructions if i.conv != ConvKind.NONE}
+               for i in plain.program.instructions if i.conv != ConvKind.NONE}
     assert max(weights.values()) > KCU.buffer_bytes[1]
     once = all_row.traffic.fm + all_row.traffic.params + sum(weights.values())
     assert all_row.traffic.total == once
-    macs = sum(conv_macs(i) for i in compiled.program.instructions)
+    # The program's own all-row run moves the SpaceToDepth map too: more than the network's.
+    program_row = next(e for e in sweep.evaluations if set(e.policy.modes) == {Reuse.ROW})
+    assert program_row.traffic.fm > all_row.traffic.fm
+    macs = sum(conv_macs(i) for i in plain.program.instructions)
     for objective, chosen in (("latency", budgeted.best), ("dram", least)):
         row = iv[("config", objective)]
         assert (row["policy"], int(row["fm_B"]), int(row["offchip_total_B"]),

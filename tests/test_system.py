@@ -170,6 +170,16 @@ def coverage_net():
     return net, [net.conv(s, 12, 4, 2, pads=[0, 0, 1, 1])]
 
 
+def stem_net():
+    """A ResNet-style stem over 2 channels: 7×7 conv stride 2 (the compiler runs it as
+    SpaceToDepth, a one-hot 2×2 stride-2 conv, and a 4×4 stride-1 conv with pads 2 before and
+    1 after), ReLU, 3×3 max pool stride 2, then a 3×3 conv."""
+    net = Net((2, 24, 24), seed=14, name="stem")
+    x = net.op("Relu", [net.conv("x", 2, 16, 7, stride=2, pads=[3, 3, 3, 3])])
+    x = net.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    return net, [net.conv(x, 16, 8, 3)]
+
+
 def dense_block():
     """DenseNet-121's dense block 1 and transition 1, cut from the builder's graph at a 32×32
     input (8×8 maps): six composite layers BN → ReLU → 1×1 conv → BN → ReLU → 3×3 conv, each
@@ -228,8 +238,8 @@ def pre_activations(model):
 #: also run under the all-frame policy with their buffers renamed; tb/coverage.py measures
 #: exactly these programs (:func:`regression_programs`).
 REGRESSION = (conv_stack, table_net, concat_net, preact_net, wide_net, residual_net, se_net,
-              pool_up_net, avg_pool_net, coverage_net, dense_block, shared_head_net)
-FRAME_REGRESSION = (residual_net, se_net, conv_stack, wide_net, shared_head_net)
+              pool_up_net, avg_pool_net, coverage_net, dense_block, shared_head_net, stem_net)
+FRAME_REGRESSION = (residual_net, se_net, conv_stack, wide_net, shared_head_net, stem_net)
 
 
 def clamped(program):
@@ -303,6 +313,7 @@ def run_and_compare(harness, blob):
     (avg_pool_net, {ConvKind.NORMAL}),
     (coverage_net, {ConvKind.NORMAL}),
     (shared_head_net, {ConvKind.NORMAL}),
+    (stem_net, {ConvKind.NORMAL}),
 ])
 def test_image_matches_golden(harness, tmp_path, build, kinds):
     net, outputs = build()
