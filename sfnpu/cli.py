@@ -323,7 +323,7 @@ def _compile(args, workdir: Path):
 
     path, notes = ensure_qdq(args.model, workdir, _calibration(args),
                              activation_signed=args.int8_activations)
-    pipeline = PipelineConfig(modules=args.modules)
+    pipeline = PipelineConfig(modules=args.modules, space_to_depth=not args.no_space_to_depth)
     return compile_model(path, get_config(args.config), pipeline), path, notes
 
 
@@ -640,6 +640,9 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument("--modules", action="store_true",
                             help="pipeline step 'modules': module-level on-chip allocation "
                             "(Kim et al.; see `sfnpu modules`)")
+        parser.add_argument("--no-space-to-depth", action="store_true",
+                            help="skip the pipeline step 'space_to_depth' (stride-2 stems over "
+                            "few channels as SpaceToDepth + a stride-1 convolution)")
 
     c = sub.add_parser("compile", help="compile an ONNX model to a DRAM image and a report")
     model_options(c)

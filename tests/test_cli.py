@@ -112,3 +112,33 @@ def test_run_reports_bad_input(capsys, tmp_path):
     code, out = run(capsys, "run", str(tmp_path / "missing.onnx"), "--input", "x.npy",
                     "-o", str(tmp_path / "y.npy"))
     assert code == 2 and "no such model file" in out
+
+
+def test_space_to_depth_switch(capsys, tmp_path):
+    """A 7×7 stride-2 stem over 2 channels: compiled with the pipeline step `space_to_depth`
+    by default (one more group), without it under `--no-space-to-depth`; both programs give
+    onnxruntime's outputs on the golden model."""
+    import numpy as np
+    import onnx
+
+    from netbuild import Net
+
+    n = Net((2, 16, 16), name="cli_stem")
+    y = n.conv(n.op("Relu", [n.conv("x", 2, 8, 7, stride=2)]), 8, 4, 3)
+    model_path = tmp_path / "stem.onnx"
+    onnx.save(n.model([y]), str(model_path))
+    np.save(tmp_path / "x.npy", n.samples(1, seed=4))
+    for flags, groups, step in (([], 3, True), (["--no-space-to-depth"], 2, False)):
+        code, out = run(capsys, "compile", str(model_path), *flags, "-o", str(tmp_path / "c"))
+        assert code == 0, out
+        assert f"groups (instructions): {groups}" in out
+        report = (tmp_path / "c" / "report.md").read_text()
+        assert ("space_to_depth" in report.split("pipeline steps:")[1].splitlines()[0]) == step
+        outputs = []
+        for backend, extra in (("onnxruntime", []), ("golden", flags)):
+            target = tmp_path / f"{backend}.npy"
+            code, out = run(capsys, "run", str(model_path), *extra, "--input",
+                            str(tmp_path / "x.npy"), "--backend", backend, "-o", str(target))
+            assert code == 0, out
+            outputs.append(np.load(target))
+        assert np.array_equal(*outputs)
