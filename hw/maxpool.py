@@ -101,10 +101,13 @@ class MaxPool(wiring.Component):
     segment (padding, ceil mode): each one after the first costs a cycle without input (at most
     ``pad`` per segment), and likewise each output row after the first that ends at the last
     input row costs a pass of ``blocks · out_w`` cycles. Latency from the last pixel of a
-    window to its output: 2 cycles. The stalls of ``o_stream`` propagate to ``i_stream``
+    window to its output: :attr:`LATENCY` (2) cycles, the reduced pixel's register (``h_valid``)
+    and the output register (``b_valid``). The stalls of ``o_stream`` propagate to ``i_stream``
     through two beats of buffering (the reduced pixel and the output register). The same
     holds for every ``blocks``: segment boundaries cost nothing.
     """
+
+    LATENCY = 2
 
     def __init__(self, lanes: int, max_width: int, max_height: int = MAX_HEIGHT,
                  max_blocks: int = 1, max_row_pixels: int | None = None):

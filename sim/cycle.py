@@ -58,7 +58,8 @@ from sfnpu.config import ROW_BUFFER_ROWS, HwConfig
 from sfnpu.hw.axi import BOUNDARY_BYTES
 from sfnpu.hw.limits import (StoreSizes, group_shape, stages_input, staging_location,
                              streams_weights)
-from sfnpu.isa import Activation, ActOrder, Eltwise, Instruction, MemSpace, Pool, Reuse
+from sfnpu.isa import (Activation, ActOrder, Eltwise, InputTransform, Instruction, MemSpace,
+                       Pool, Reuse)
 
 __all__ = ["CycleModel", "GroupTiming", "ModelRun", "Comparison", "compare",
            "GROUP_TOLERANCE", "RUN_TOLERANCE"]
@@ -195,7 +196,11 @@ class CycleModel:
         next state starts in the cycle after it. ``slow_beats`` beats are taken one byte per
         cycle (activation-table bytes)."""
         fast = n_beats - slow_beats
-        data = self._stream(fast) + slow_beats * max(self.B, ceil(self.beat))
+        data = self._stream(fast)
+        if slow_beats:
+            # the first slow beat is offered when the credit allows the beat after the last
+            # fast one (AxiMemory: beat k at floor(k · B/bpc)), then held a byte per cycle
+            data = floor(fast * self.beat) + slow_beats * max(self.B, ceil(self.beat))
         return self.issue + self.latency + data
 
     def control_read(self, address: int, length: int, slow_beats: int = 0) -> tuple[int, int]:
@@ -230,15 +235,17 @@ class CycleModel:
             if k > fast:
                 # a slow beat is taken slow_cycles after the one before it (read_transfer),
                 # and not before slow_cycles − 1 cycles after it is due
-                first = max(due + slow_cycles - 1, taken + slow_cycles) if beat_index + fast \
-                    else due + slow_cycles - 1
+                if beat_index + fast == 0:
+                    first = due + slow_cycles - 1
+                elif beat_index + fast == slow_from:
+                    # after a fast beat: offered once the credit allows the next beat
+                    first = floor(max(due, free)) + slow_cycles - 1
+                else:
+                    first = max(due + slow_cycles - 1, taken + slow_cycles)
                 taken = first + (k - fast - 1) * slow_cycles
             done.append(taken)
             beat_index += k
-        closed = self.issue + self.latency + floor((n - slow_beats - 1) * beat) \
-            + slow_beats * slow_cycles if n > slow_beats \
-            else self.issue + self.latency - 1 + slow_beats * slow_cycles
-        return cycles + floor(taken) - closed, n
+        return floor(taken) + 1, n
 
     # -- the group's derived parameters ---------------------------------------------------
 
@@ -434,6 +441,9 @@ class CycleModel:
             return reader_moved[oy] if oy < len(reader_moved) else None
 
         in_fifo = [0] * instr.in_h                          # cycle row r is in the FIFO
+        # The input transform's per-channel table sits between the FIFO and the row buffer.
+        transform = ActivationTable.LATENCY \
+            if instr.in_transform == InputTransform.CHANNEL_TABLE else 0
         next_in = [0]
 
         def fetch_rows(until, move=True):
@@ -484,7 +494,8 @@ class CycleModel:
                 if gate is None:
                     break
                 arrived = dram.finish(in_fifo[r]) if in_dram else in_fifo[r]
-                row_in[r] = max(arrived, row_in[r - 1] if r else 0, gate + s.row_words) + 1
+                row_in[r] = max(arrived, row_in[r - 1] if r else 0, gate + s.row_words) + 1 \
+                    + transform
                 next_in[0] += 1
 
         # The post-processing chain, pooled row by pooled row, and the writer.
@@ -551,8 +562,10 @@ class CycleModel:
                     # pixel arrived.
                     replay = 2 * obs * pooled_w if instr.upsample else 0
                     post = max(post + cost, results[need] + replay)
-                span = max(cost, row if instr.pool == Pool.NONE else cost) if out_dram \
-                    else cost
+                # Unpooled and max-pooled words follow the last conv row's results, which
+                # leave the array over the whole row (a block's in its last input-block
+                # pass): its segments complete over the row, for either writer.
+                span = max(cost, row) if instr.pool in (Pool.NONE, Pool.MAX) else cost
                 last_write = write_row(post + latency, span, last_write)
                 py += 1
             post_state[:] = py, post, last_write
@@ -1050,6 +1063,7 @@ def _post_latency(instr: Instruction) -> int:
     from sfnpu.hw.act_table import ActivationTable
     from sfnpu.hw.chscale import ChannelScale
     from sfnpu.hw.eltwise_add import EltwiseAdd
+    from sfnpu.hw.maxpool import MaxPool
 
     depth = 2                                   # result FIFO, write FIFO
     if instr.act == Activation.TABLE:
@@ -1058,6 +1072,8 @@ def _post_latency(instr: Instruction) -> int:
         depth += EltwiseAdd.LATENCY
     elif instr.eltwise == Eltwise.CHANNEL_SCALE:
         depth += ChannelScale.LATENCY
+    if instr.pool == Pool.MAX:
+        depth += MaxPool.LATENCY
     return depth
 
 

@@ -101,14 +101,15 @@ def test_eight_lanes_several_blocks(k, s, p, ceil_mode):
 
 
 def test_one_beat_per_cycle_without_stalls():
-    """2×2 stride 2: every input beat is taken in its cycle, the output follows 2 cycles
-    after the last window's last pixel."""
+    """2×2 stride 2: every input beat is taken in its cycle, the output follows
+    ``MaxPool.LATENCY`` cycles after the last window's last pixel."""
     rng = np.random.default_rng(4)
     dut = MaxPool(8, max_width=16)
     x = random_map(rng, 16, 8, 16, False)
     _, run = run_pool(dut, x, 2, 2, 0, (4, 8), 8, rng, False, stall=0)
     input_beats = 2 * 8 * 16
-    assert run.cycles <= input_beats + 2 + 1       # +1: the driver may start a cycle late
+    # +1: the driver may start a cycle late
+    assert run.cycles <= input_beats + MaxPool.LATENCY + 1
 
 
 def test_bypass_passes_beats_unchanged():
