@@ -159,6 +159,11 @@ class CycleModel:
         self.page_words = BOUNDARY_BYTES // self.B          # bus words of a 4 KiB page
         # Array → psum stage → requantiser → result FIFO.
         self.result_latency = array_latency(config) + 1 + Requantizer.LATENCY + 1
+        # The last row's end → the compute phase's cycles when only the datapath is left:
+        # the last step a cycle after the end, the row buffer's busy falls two cycles later,
+        # the datapath's busy array_latency + 1 cycles after that (its in_flight shift
+        # register), compute_done in that cycle (+ 1: the cycle count).
+        self.drain_latency = 1 + 2 + array_latency(config) + 1 + 1
 
     # -- DRAM transfers -------------------------------------------------------------------
 
@@ -516,14 +521,16 @@ class CycleModel:
             oy = rows_written[0] * rows_out + sub
             return out_first + ob * out_plane + oy * instr.out_w * L + c * chunk * L
 
-        def write_row(done, span, last_write):
+        def write_row(done, span, last_write, readies=None):
             """Command the writes of a pooled row whose last word is in the write buffer at
-            ``done``, its words having entered over ``span`` cycles; the local writer's end."""
+            ``done``, its words having entered over ``span`` cycles (or chunk k's at
+            ``readies[k]``); the local writer's end."""
             if out_dram:
                 # segments complete evenly over the row; each is commanded once its
                 # words are in the write buffer, the last one when the row is done
                 for k in range(commands):
-                    dram.write(done - span + (k + 1) * span // commands, out_address(k),
+                    ready = readies[k] if readies else done - span + (k + 1) * span // commands
+                    dram.write(ready, out_address(k),
                                last_segment if (k + 1) % per_block == 0 else chunk * L)
             else:
                 # The local writer takes a chunk once all its words are in the write
@@ -531,13 +538,48 @@ class CycleModel:
                 # complete evenly over the row.
                 span = max(span, 1)
                 for k in range(commands):
-                    ready = done - span + _ceil_div((k + 1) * span, commands)
+                    ready = readies[k] if readies \
+                        else done - span + _ceil_div((k + 1) * span, commands)
                     words = last_segment // L \
                         if (k + 1) % (commands // (obs * rows_out)) == 0 else chunk
                     last_write = max(last_write, ready) + words + 1
             rows_written[0] += 1
             return last_write
 
+        def upsample_row(post, last):
+            """The upsampler on a pooled row whose last word arrives at ``last``, the
+            previous row's replay having ended at ``post`` (hw.upsample): the first copy
+            leaves as the words arrive, each pixel twice in two cycles (the input is taken
+            on the second copy), then the replay, a beat per cycle. Returns the replay's
+            last beat and, per write command (the writer's order), its chunk's last beat
+            + ``latency``: a block's first-copy chunks wait for its own results."""
+            out_w = 2 * pooled_w
+            first_pass = []                          # each block's beats
+            for ob in range(obs):
+                beats = []
+                for px in range(pooled_w):
+                    # a pooled word follows its window's last column's result
+                    x = min(px * pool_stride - pool_pad + pool_size, s.conv_w) - 1
+                    arrived = last - (obs - 1 - ob) * block_cycles \
+                        - (s.conv_w - 1 - x) * pixel_step
+                    copy = max(arrived, post + 1)
+                    beats += [copy, copy + 1]
+                    post = copy + 1
+                first_pass.append(beats)
+            replay_from = post + 1
+            post += obs * out_w
+            readies = []
+            for sub in range(rows_out):
+                for ob in range(obs):
+                    for c in range(per_block):
+                        j = min((c + 1) * chunk, out_w) - 1
+                        beat = replay_from + ob * out_w + j if sub else first_pass[ob][j]
+                        readies.append(beat + latency)
+            return post, readies
+
+        pool_size, pool_stride, pool_pad = (instr.pool_size, instr.pool_stride,
+                                            instr.pool_pad) if instr.pool == Pool.MAX \
+            else (1, 1, 0)
         avg = _AvgSchedule(self, instr, s, obs, pooled_w, pooled_h, p, f0, f1, pass_cycles,
                            row, latency - 2) if instr.pool == Pool.AVG else None
 
@@ -555,18 +597,18 @@ class CycleModel:
                                             block_cycles)
                 if need > computed:
                     break
+                readies = None
                 if instr.pool == Pool.GLOBAL_AVG:
                     post = max(post, results[need]) + cost
+                elif instr.upsample:
+                    post, readies = upsample_row(post, results[need])
                 else:
-                    # The upsampler replays a row (two beats per pixel) after its last
-                    # pixel arrived.
-                    replay = 2 * obs * pooled_w if instr.upsample else 0
-                    post = max(post + cost, results[need] + replay)
+                    post = max(post + cost, results[need])
                 # Unpooled and max-pooled words follow the last conv row's results, which
                 # leave the array over the whole row (a block's in its last input-block
                 # pass): its segments complete over the row, for either writer.
                 span = max(cost, row) if instr.pool in (Pool.NONE, Pool.MAX) else cost
-                last_write = write_row(post + latency, span, last_write)
+                last_write = write_row(post + latency, span, last_write, readies)
                 py += 1
             post_state[:] = py, post, last_write
 
@@ -608,8 +650,9 @@ class CycleModel:
             cycles = dram.drain() + 2
         else:
             cycles = last_write + 1
-        # The datapath must drain too: rows no pooling window uses are still computed.
-        cycles = max(cycles, results[-1] + 1)
+        # The datapath must drain too (~dp.busy): rows no pooling window uses are still
+        # computed, but only the array's pipeline, not the post chain, is waited for.
+        cycles = max(cycles, end + self.drain_latency)
         read = (instr.in_h * row_bytes if in_dram else 0) + w_row_bytes * s.conv_h
         if is_add and sc_dram:
             read += sc_row_bytes * s.conv_h
