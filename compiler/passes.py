@@ -175,9 +175,8 @@ def _slices(conv: Node, z: StoreSizes) -> list[tuple[int, int]] | None:
 
 
 def space_to_depth_strided_convs(graph: Graph, config: HwConfig) -> tuple[Graph, bool]:
-    """A stride-2 normal convolution over few channels (a stem: 3 × 7×7 in ResNet, 3 × 3×3 in
-    EfficientNet) leaves most of the ``Ti`` input lanes of the array idle for ``kh·kw`` cycles
-    per pixel. Rewritten as SpaceToDepth(2) (:func:`~.ir.space_to_depth_conv`) followed by a
+    """A stride-2 normal convolution over few channels (a stem: ResNet's 7×7 over 3 channels)
+    leaves most of the ``Ti`` input lanes of the array idle for ``kh·kw`` cycles per pixel. Rewritten as SpaceToDepth(2) (:func:`~.ir.space_to_depth_conv`) followed by a
     stride-1 convolution over ``4·C`` channels with a ``⌈(k + e)/2⌉`` kernel, it takes about a
     quarter of the taps. The rewrite is applied where :func:`~sfnpu.hw.conv_array.row_cycles`
     says the two take at most three quarters of the array cycles of the one on ``config`` —
