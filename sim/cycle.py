@@ -1021,9 +1021,19 @@ class _AvgSchedule:
         return count
 
     def resume_row(self, oy: int, start: int) -> int:
-        """The first cycle conv row ``oy`` may start: a hold that reached into it."""
+        """The first cycle conv row ``oy`` may start (free run: ``start``): a hold that
+        reached into it. Only the steps it took before the hold (cycle ``hold``) land; it
+        steps again once the pool has taken them. A row's first step is emitted two cycles
+        after its start (hw.row_buffer: o_stream valid from e_m + 1), so a row whose first
+        window waited out the hold (the hold withholds o_stream.ready, hw.datapath) starts
+        two cycles before the resume."""
         if self.carry is not None:
-            start, self.carry = max(start, self.carry), None
+            hold, takes, landed = self.carry
+            self.carry = None
+            ahead = hold - start                    # the row's steps before the hold
+            if ahead > 0:
+                landed += self._results(0, ahead - 1)
+            start = max(start, takes + landed + 1 - max(2, ahead))
         return start
 
     def held_row(self, oy: int, start: int, end: int) -> int:
@@ -1035,14 +1045,12 @@ class _AvgSchedule:
             if start + step + self.in_flight < takes:
                 held = step + self.in_flight        # the last step taken
                 landed = self._results(step + 1, min(held, self.row - 1))
-                if held >= self.row:
-                    landed += self._results(0, held - self.row)
-                # the level drops below the hold level after the landed results are taken
-                resume = takes + landed + 1
                 if held + 1 < self.row:
-                    delay = max(0, resume - (start + held + 1))
+                    # the level drops below the hold level after the landed results are taken
+                    delay = max(0, takes + landed + 1 - (start + held + 1))
                 else:
-                    self.carry = resume - (held + 1 - self.row)
+                    # the next row's steps before the hold depend on when it may start
+                    self.carry = (start + held + 1, takes, landed)
                     held = self.row
         self.rows.append((start, held, delay))
         return end + delay
