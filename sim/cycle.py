@@ -339,6 +339,7 @@ class CycleModel:
         rises. DRAM commands carry the controller's addresses (``base``: IMAGE_BASE)."""
         from sfnpu.hw.act_table import ActivationTable
         from sfnpu.hw.conv_array import fetch_cycles
+        from sfnpu.hw.requant import Requantizer
 
         cfg, L = self.config, self.L
         in_dram = instr.input.space == MemSpace.DRAM
@@ -524,11 +525,12 @@ class CycleModel:
         def write_row(done, span, last_write, readies=None):
             """Command the writes of a pooled row whose last word is in the write buffer at
             ``done``, its words having entered over ``span`` cycles (or chunk k's at
-            ``readies[k]``); the local writer's end."""
+            ``readies[k]``); the local writer's end. A streamed row's DRAM writes are already
+            commanded (block by block, :func:`write_block`)."""
             if out_dram:
                 # segments complete evenly over the row; each is commanded once its
                 # words are in the write buffer, the last one when the row is done
-                for k in range(commands):
+                for k in range(commands if not streamed_writes else 0):
                     ready = readies[k] if readies else done - span + (k + 1) * span // commands
                     dram.write(ready, out_address(k),
                                last_segment if (k + 1) % per_block == 0 else chunk * L)
@@ -545,6 +547,29 @@ class CycleModel:
                     last_write = max(last_write, ready) + words + 1
             rows_written[0] += 1
             return last_write
+
+        # A streamed row's blocks finish as their weights arrive, far apart: each block's
+        # writes are commanded as its results leave (before the bus simulation goes past
+        # them), and the row's post-chain pass only times them.
+        streamed_writes = s.streaming and instr.pool in (Pool.NONE, Pool.GLOBAL_AVG) \
+            and not instr.upsample and not is_add
+        # GlobalAvgPool: a block's output follows its last conv row's sums (_post_row)
+        gap_output = self.L + Requantizer.LATENCY + 1 if instr.pool == Pool.GLOBAL_AVG else 0
+
+        def write_block(ob, block_end):
+            """Block ``ob``'s chunks of the current row, its last pass ending at
+            ``block_end``: chunk c is in the write buffer once its last pixel's result has
+            passed the post chain. Returns the chunks' ready cycles."""
+            readies = []
+            for c in range(per_block):
+                x = min((c + 1) * chunk, instr.out_w) - 1
+                ready = max(block_end + self.result_latency, scale_ready) + gap_output \
+                    + latency - (0 if gap_output else (s.conv_w - 1 - x) * pixel_step)
+                readies.append(ready)
+                if out_dram:
+                    dram.write(ready, out_address(ob * per_block + c),
+                               last_segment if c == per_block - 1 else chunk * L)
+            return readies
 
         def upsample_row(post, last):
             """The upsampler on a pooled row whose last word arrives at ``last``, the
@@ -597,7 +622,7 @@ class CycleModel:
                                             block_cycles)
                 if need > computed:
                     break
-                readies = None
+                readies = streamed_readies.get(py)
                 if instr.pool == Pool.GLOBAL_AVG:
                     post = max(post, results[need]) + cost
                 elif instr.upsample:
@@ -616,6 +641,7 @@ class CycleModel:
         # chain behind it: the writes of earlier rows share the bus with later rows' reads.
         end = 0
         results = []
+        streamed_readies = {}             # pooled row → its streamed chunks' ready cycles
         for oy in range(s.conv_h):
             y_end = min(oy * instr.sh - instr.pad_top + instr.kh, instr.in_h)
             # The reader moves on after its last read of the previous row; rows behind the
@@ -632,9 +658,25 @@ class CycleModel:
             if avg is not None:
                 end = avg.held_row(oy, start, end)
             if s.streaming:
-                weights = dram.read(start - row if oy else 0, base + instr.weights.offset,
-                                    w_row_bytes, obs * s.ib, set_bytes)
-                end = max(end, dram.finish(weights) + p)
+                # The row's sets, block by block: a set is replayed from its bank two cycles
+                # after its last beat (hw/weight_buffer.py: loaded a step per cycle, valid
+                # the cycle after), so a block's last pass ends pass_cycles after its last
+                # set's last beat, or block_cycles after the previous block's.
+                request = start - row if oy else 0
+                block_bytes = s.ib * set_bytes
+                handles = [dram.read(request, base + instr.weights.offset + ob * block_bytes,
+                                     block_bytes, s.ib, set_bytes) for ob in range(obs)]
+                block_end = start
+                readies = []
+                # the global average's outputs come in the last row only
+                writes = streamed_writes and (instr.pool == Pool.NONE or oy == s.conv_h - 1)
+                for ob, handle in enumerate(handles):
+                    block_end = max(block_end + block_cycles, dram.finish(handle) + pass_cycles)
+                    if writes:
+                        readies += write_block(ob, block_end)
+                if writes:
+                    streamed_readies[0 if gap_output else oy] = readies
+                end = max(end, block_end)
             ready = end + self.result_latency
             if sc_segments:
                 row_timing.append(avg.rows[-1] if avg is not None else (start, row, 0))
