@@ -633,12 +633,26 @@ class CycleModel:
                 # leave the array over the whole row (a block's in its last input-block
                 # pass): its segments complete over the row, for either writer.
                 span = max(cost, row) if instr.pool in (Pool.NONE, Pool.MAX) else cost
+                if readies is None and instr.pool == Pool.NONE and not instr.upsample \
+                        and not s.streaming and per_block > 1:
+                    # A chunk is ready when its last pixel's result has passed (the writer's
+                    # o_req: write_fifo.level ≥ o_committed + o_chunk), its block's results
+                    # leaving in the block's last pass, a pixel every pixel_step cycles.
+                    readies = [post + latency - (obs - 1 - ob) * block_cycles
+                               - (s.conv_w - min((c + 1) * chunk, instr.out_w)) * pixel_step
+                               for ob in range(obs) for c in range(per_block)]
                 last_write = write_row(post + latency, span, last_write, readies)
                 py += 1
             post_state[:] = py, post, last_write
 
         # The array, output row by output row (cycle its last result is out), and the post
         # chain behind it: the writes of earlier rows share the bus with later rows' reads.
+        # The reader's last read of a row is its last window's last column (hw/row_buffer.py
+        # advance_rows, on issue): with f1 ≥ 2 columns a window, fetched faster than its p
+        # steps, that window's first column waits in stage 1 until the window before it moves
+        # into the hold register (transfer, at the last step of the window two before), and
+        # its others follow a cycle apart — 2·p − f1 + 2 cycles before the row's end.
+        move_lead = 2 * p - f1 + 2 if 2 <= f1 <= p and s.conv_w >= 3 and avg is None else 0
         end = 0
         results = []
         streamed_readies = {}             # pooled row → its streamed chunks' ready cycles
@@ -646,7 +660,7 @@ class CycleModel:
             y_end = min(oy * instr.sh - instr.pad_top + instr.kh, instr.in_h)
             # The reader moves on after its last read of the previous row; rows behind the
             # new first row become free then.
-            reader_moved.append(end)
+            reader_moved.append(end - move_lead if oy else end)
             fetch_rows(y_end - 1)
             start = max(end, row_in[y_end - 1] + f0 + 1)
             # rows that fit behind this one are commanded meanwhile
