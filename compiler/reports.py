@@ -281,10 +281,6 @@ def _model_path(study: Study, cache: Path) -> Path:
     return path
 
 
-def _compile(study: Study, config: HwConfig, cache: Path) -> Compiled:
-    return compile_model(_model_path(study, cache), config)
-
-
 def buffer_lower_bound(instructions, config: HwConfig) -> int:
     """A lower bound of buffers 0–2 under eqs. 1–2 and Algorithm 1 with dense bytes, for one
     placed program: buffer 1 holds the largest row-mode weights (eq. 2), and a frame-mode

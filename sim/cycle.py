@@ -556,15 +556,19 @@ class CycleModel:
         # GlobalAvgPool: a block's output follows its last conv row's sums (_post_row)
         gap_output = self.L + Requantizer.LATENCY + 1 if instr.pool == Pool.GLOBAL_AVG else 0
 
+        def chunk_lag(c):
+            """Cycles between chunk ``c``'s last pixel and its block's last pixel leaving
+            the array (a pixel every pixel_step cycles of the block's last pass)."""
+            return (s.conv_w - min((c + 1) * chunk, instr.out_w)) * pixel_step
+
         def write_block(ob, block_end):
             """Block ``ob``'s chunks of the current row, its last pass ending at
             ``block_end``: chunk c is in the write buffer once its last pixel's result has
             passed the post chain. Returns the chunks' ready cycles."""
             readies = []
             for c in range(per_block):
-                x = min((c + 1) * chunk, instr.out_w) - 1
                 ready = max(block_end + self.result_latency, scale_ready) + gap_output \
-                    + latency - (0 if gap_output else (s.conv_w - 1 - x) * pixel_step)
+                    + latency - (0 if gap_output else chunk_lag(c))
                 readies.append(ready)
                 if out_dram:
                     dram.write(ready, out_address(ob * per_block + c),
@@ -638,8 +642,7 @@ class CycleModel:
                     # A chunk is ready when its last pixel's result has passed (the writer's
                     # o_req: write_fifo.level ≥ o_committed + o_chunk), its block's results
                     # leaving in the block's last pass, a pixel every pixel_step cycles.
-                    readies = [post + latency - (obs - 1 - ob) * block_cycles
-                               - (s.conv_w - min((c + 1) * chunk, instr.out_w)) * pixel_step
+                    readies = [post + latency - (obs - 1 - ob) * block_cycles - chunk_lag(c)
                                for ob in range(obs) for c in range(per_block)]
                 last_write = write_row(post + latency, span, last_write, readies)
                 py += 1
