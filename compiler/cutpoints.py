@@ -49,7 +49,9 @@ __all__ = [
 ]
 
 #: Cycles one placed instruction takes (its reuse mode and operand locations included).
-LatencyFn = Callable[[Instruction], float]
+#: Cycles of one placed instruction, given the next one (``None`` after the last): a group
+#: with ``prefetch`` loads the next group's weights.
+LatencyFn = Callable[[Instruction, Instruction | None], float]
 
 
 def conv_macs(instr: Instruction) -> int:
@@ -72,7 +74,10 @@ def _model_latency(config: HwConfig) -> LatencyFn:
     from sfnpu.sim.cycle import CycleModel
 
     model = CycleModel(config)
-    return lru_cache(maxsize=1 << 16)(lambda instr: float(model.group(instr).cycles))
+    cycles = lru_cache(maxsize=1 << 16)(
+        lambda instr, nxt: float(model.group(instr, next_instr=nxt).cycles))
+    # Only a prefetching group's cycles depend on the next instruction.
+    return lambda instr, nxt: cycles(instr, nxt if instr.prefetch else None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,7 +202,7 @@ def evaluate(compiled, blocks: Blocks, policy: Policy, budget: Budget,
         return Evaluation(policy, None, None, None, (), "; ".join(stores))
     req = requirements(instructions, config, alloc.extents)
     dram = traffic(instructions, config, compiled.groups, compiled.graph)
-    cycles = sum(latency(i) for i in instructions)
+    cycles = sum(latency(i, n) for i, n in zip(instructions, instructions[1:] + [None]))
     # Constraint 10 whatever the budget: row reuse past the weight store rereads weights.
     violations = budget.violations(req) + weights_read_again(instructions, config)
     return Evaluation(policy, cycles, req, dram, tuple(violations),

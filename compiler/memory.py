@@ -42,9 +42,9 @@ from typing import Mapping, Sequence
 
 from sfnpu import isa, layout
 from sfnpu.config import DEVICES, HwConfig, ROW_BUFFER_ROWS
-from sfnpu.hw.limits import (HeldWeights, loads_whole_weights, overflows, stages_input,
-                             staging_buffer, staging_location, weight_store_after,
-                             weight_reads, with_held_weights)
+from sfnpu.hw.limits import (HeldWeights, loads_whole_weights, overflows, prefetch_fits,
+                             stages_input, staging_buffer, staging_location,
+                             weight_store_after, weight_reads, with_held_weights)
 from sfnpu.isa import ConvKind, Eltwise, Instruction, Location, MemSpace, Reuse
 
 from .blocks import Blocks, GroupGraph, detect_blocks, operands
@@ -544,7 +544,7 @@ def check_program(graph: Graph, groups: Sequence[Group], instructions: Sequence[
     Walks the groups in order and checks: every read finds the tensor at the location its
     writer used; a group's input and shortcut are in different buffers (one read port each);
     a group with ``weights_held`` finds its weights in the weight store (the last load was of
-    the same weights, whole); the controller stages an input only where the allocation
+    the same weights, whole, or the group before prefetched them); a prefetch fits the store; the controller stages an input only where the allocation
     reserved the area; row-mode groups keep every feature map in DRAM (channel vectors may stay
     on chip); no write, row-mode weight load or input staging overlaps a tensor that is still
     to be read (liveness runs to its last reader, so a group's output may not overlap its own
@@ -582,6 +582,14 @@ def check_program(graph: Graph, groups: Sequence[Group], instructions: Sequence[
                     f"{'nothing whole' if held is None else held} instead of this group's "
                     f"weights (DRAM {instr.weights.offset:#x})")
         held = weight_store_after(held, instr, config)
+        if instr.prefetch:
+            nxt = instructions[i + 1] if i + 1 < len(instructions) else None
+            if nxt is None or not prefetch_fits(instr, nxt, config):
+                fail(i, "prefetch is set, but " + (
+                    "no group follows" if nxt is None else
+                    f"the next group's weights are not a normal convolution's that fit the "
+                    f"{config.buffer_bytes[1]} B weight store beside this group's"))
+            held = HeldWeights.of(nxt)
         if stages_input(instr, config) and staging(instr, config) is None:
             fail(i, f"the controller stages the DRAM input (its weights, "
                     f"{layout.weight_bytes(instr, config)} B, take several chunks of the "
@@ -935,7 +943,8 @@ class Traffic:
 def traffic(instructions: Sequence[Instruction], config: HwConfig,
             groups: Sequence[Group] | None = None, graph: Graph | None = None) -> Traffic:
     """Exact DRAM bytes per group, plus eq. 8 (``groups``/``graph`` give the concat parts and
-    the dense sizes; without them the dense figure is 0)."""
+    the dense sizes; without them the dense figure is 0). A group's bytes are the ones that
+    cross the bus while it runs: a prefetching group's include the next group's weights."""
     per = []
     eq8 = eq8_dense = 0
     for i, instr in enumerate(instructions):
@@ -947,6 +956,11 @@ def traffic(instructions: Sequence[Instruction], config: HwConfig,
                 times = weight_reads(instr, config) if acc.operand == "weights" else 1
                 got[acc.operand] += times * (acc.end - acc.start)
                 dense[acc.operand] += times * _dense_bytes(instr, acc.operand)
+        if instr.prefetch:
+            # The next group's weights cross the bus while this group computes.
+            nxt = instructions[i + 1]
+            got["weights"] += layout.weight_bytes(nxt, config)
+            dense["weights"] += _dense_bytes(nxt, "weights")
         per.append(GroupTraffic(got["input"] + got["shortcut"], got["output"],
                                 got["weights"], got["params"],
                                 dense["input"] + dense["shortcut"] + dense["output"],

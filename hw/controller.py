@@ -12,7 +12,8 @@ Run
 2. Per group: *fetch* the 11-word instruction, *decode* it (the one
    :class:`~sfnpu.isa.InstructionLayout`), load the *parameter block* into the bias,
    multiplier, weight-zero-point, post-record and activation-table stores, load the layer's
-   *weights* into the weight store (buffer 1 in row reuse, as in the paper), then *compute*.
+   *weights* into the weight store (buffer 1 in row reuse, as in the paper) unless they are
+   there already (``weights_held``), then *compute*.
    The program ends after the group with ``last`` set.
 
 Compute
@@ -63,6 +64,15 @@ buffer stop the run with ``UNSUPPORTED``. Shared weights: a group with ``weights
 skips the weight load, because the store still holds its weights — the last weight load was
 of the whole weights at the same DRAM offset (a detection head run over pyramid levels reads
 its weights once); anything else stops the run with ``WEIGHTS_NOT_HELD``.
+Weight prefetch: a group with ``prefetch`` set loads the next group's weights while it
+computes, so that their DRAM time hides behind its array time. At the lowest bus priority it
+reads the next instruction, sizes the weights (OB·IB·kh·kw words of a normal convolution),
+and loads them whole at the other end of the weight store from its own (the top when its own
+start at word 0, else word 0); the group ends once they are in. The store then holds them
+like a load (``held_*``, with their first word), and the next group sets ``weights_held``.
+A next group that is not a normal convolution with DRAM weights stops the run with
+``UNSUPPORTED``; weights that do not fit beside the group's own (frame-reuse chunks fill the
+store) with ``BUFFER_OVERFLOW``; ``prefetch`` on the last group is an ``ILLEGAL_FIELD``.
 Decode errors: opcode ≠ GROUP → ``ILLEGAL_OPCODE``; reserved bits, undefined
 enum values, zero sizes, kernel/stride/pool window out of range, depthwise or conv NONE with
 ``in_c ≠ out_c``, an output shape that pooling and upsampling cannot give →
@@ -131,7 +141,7 @@ _SECTION_KIND_WORD = image.field_offset(image.SECTION_FIELDS, "kind") // 4
 _SECTION_OFFSET_WORD = image.field_offset(image.SECTION_FIELDS, "offset") // 4
 _ISA = data.Layout.cast(isa.InstructionLayout)
 _FLOAT32_ONE = 0x3F800000
-_TAG_INPUT, _TAG_WEIGHTS, _TAG_SHORTCUT = 0, 1, 2
+_TAG_INPUT, _TAG_WEIGHTS, _TAG_SHORTCUT, _TAG_PREFETCH = 0, 1, 2, 3
 
 
 def _identity_weights(to: int, ti: int) -> Const:
@@ -276,6 +286,8 @@ class GroupController(wiring.Component):
         held_valid = Signal()
         held_offset = Signal(len(instr.weights.offset))
         held_depthwise = Signal()
+        held_base = Signal(range(self.weight_words + 1))   # its first word in the store
+        weights_base = Signal(range(self.weight_words + 1))  # the computing group's weights
         ob_base = Signal(16)            # output-channel blocks of the current weight chunk
         ob_count = Signal(16)
         chunk_obs = Signal(16)          # blocks whose weights fit the store together
@@ -500,8 +512,15 @@ class GroupController(wiring.Component):
             m.d.sync += sc_outstanding.eq(sc_outstanding + Mux(grant_shortcut & is_add, conv_w, 0)
                                           - Mux(sc_push & is_add, 1, 0))
 
+        # Weight prefetch (instr.prefetch): its reads, at the lowest priority (below).
+        pf_req = Signal()
+        pf_addr = Signal(aw)
+        pf_len = Signal(24)
+        grant_prefetch = Signal()
+
         # Command arbitration in the compute phase, in priority order: output writes (they free
-        # room), streamed weights, shortcut, input; outside it, the control FSM's reads.
+        # room), streamed weights, shortcut, input, prefetch; outside it, the control FSM's
+        # reads.
         cmd = dma.cmd
         grant_write = Signal()
         grant_read = Signal()
@@ -510,6 +529,7 @@ class GroupController(wiring.Component):
             (ws_req, ws_addr, ws_set_bytes, Direction.READ, grant_weights),
             (sc_req & ~sc_local, sc_addr, sc_words << _log2(L), Direction.READ, grant_shortcut),
             (in_req & ~in_local, in_seg_addr, instr.in_w * L, Direction.READ, grant_read),
+            (pf_req, pf_addr, pf_len, Direction.READ, grant_prefetch),
         ]
         with m.If(compute):
             for k, (request, address, length, direction, grant) in enumerate(requests):
@@ -551,14 +571,17 @@ class GroupController(wiring.Component):
         with m.Else():
             m.d.sync += in_outstanding.eq(in_outstanding_next)
 
-        # Read data in the compute phase: input segments, streamed weight sets and shortcut
-        # segments, in the order their commands were granted (one tag per command).
+        # Read data in the compute phase: input segments, streamed weight sets, shortcut
+        # segments and prefetch reads, in the order their commands were granted (one tag per
+        # command).
         m.submodules.read_tags = read_tags = ResetInserter(flush)(SyncFIFO(width=2, depth=16))
         m.d.comb += [
+            # (a local segment's grant can coincide with a DMA command's: it gets no tag)
             read_tags.w_data.eq(Mux(grant_weights, _TAG_WEIGHTS,
-                                    Mux(grant_shortcut, _TAG_SHORTCUT, _TAG_INPUT))),
+                                    Mux(grant_shortcut & ~sc_local, _TAG_SHORTCUT,
+                                        Mux(grant_prefetch, _TAG_PREFETCH, _TAG_INPUT)))),
             read_tags.w_en.eq((grant_read & ~in_local) | grant_weights
-                              | (grant_shortcut & ~sc_local)),
+                              | (grant_shortcut & ~sc_local) | grant_prefetch),
             read_tags.r_en.eq(beat_fire & rd.payload.last & compute),
         ]
         tag = read_tags.r_data
@@ -701,7 +724,11 @@ class GroupController(wiring.Component):
                 w_out.valid.eq(w_valid),
             ]
         with m.If(flush | start_compute):
-            m.d.sync += [w_addr.eq(0), w_step.eq(0), w_ib.eq(0), w_ob.eq(0), w_row.eq(0),
+            # Held (or prefetched) weights stay where they were loaded; loads go to word 0.
+            replay_base = Mux(instr.weights_held, held_base, 0)
+            m.d.sync += [weights_base.eq(replay_base),
+                         w_addr.eq(replay_base), w_step.eq(0), w_ib.eq(0), w_ob.eq(0),
+                         w_row.eq(0),
                          w_active.eq(start_compute & ~streaming), w_valid.eq(0)]
         with m.Else():
             with m.If(w_advance):
@@ -718,7 +745,8 @@ class GroupController(wiring.Component):
                         with m.If(w_ob + 1 < ob_count):
                             m.d.sync += w_ob.eq(w_ob + 1)
                         with m.Else():
-                            m.d.sync += [w_ob.eq(0), w_addr.eq(0), w_row.eq(w_row + 1)]
+                            m.d.sync += [w_ob.eq(0), w_addr.eq(weights_base),
+                                         w_row.eq(w_row + 1)]
                             with m.If(w_row + 1 == conv_h):
                                 m.d.sync += w_active.eq(0)
 
@@ -1105,6 +1133,81 @@ class GroupController(wiring.Component):
                     with m.Else():
                         m.d.sync += dw_slot.eq(dw_slot + 1)
 
+        # -- weight prefetch (instr.prefetch) ---------------------------------------------------
+        # In the compute phase, at the lowest bus priority: read the next instruction, size its
+        # weights (a normal convolution: OB·IB·kh·kw words), check that they fit the store
+        # beside this group's, and load them whole at the store's other end (word 0 when this
+        # group's weights are above it, else the top). The store then holds them as if the
+        # next group had loaded them (held_*), and that group sets weights_held.
+        PF_IDLE, PF_INSTR_CMD, PF_INSTR_DATA, PF_ALIGN, PF_BLOCKS, PF_WORDS, PF_CHECK, \
+            PF_WEIGHT_CMD, PF_WEIGHT_DATA, PF_DONE, PF_FAIL = range(11)
+        pf_state = Signal(range(11))
+        pf_buf = Signal(fetch_beats * B * 8)
+        pf_beats = Signal(range(fetch_beats + 1))
+        pf_bits = Signal(_ISA.size)
+        pf_next = data.View(isa.InstructionLayout, pf_bits)
+        pf_blocks = Signal(32)
+        pf_words = Signal(32)
+        pf_base = Signal(range(self.weight_words + 1))
+        pf_pos = Signal(24)
+        pf_error = Signal(ErrorCode)
+        pf_beat = data_beat & (tag == _TAG_PREFETCH)
+        pf_busy = (pf_state != PF_IDLE) & (pf_state != PF_DONE) & (pf_state != PF_FAIL)
+        pf_instr_addr = fetch_addr + INSTRUCTION_BYTES
+        own_words = Mux(identity | streaming, 0, weight_steps)   # this group's, in the store
+        with m.Switch(pf_state):
+            with m.Case(PF_INSTR_CMD):
+                m.d.comb += [pf_req.eq(1), pf_addr.eq(pf_instr_addr),
+                             pf_len.eq(INSTRUCTION_BYTES)]
+                with m.If(grant_prefetch):
+                    m.d.sync += [pf_state.eq(PF_INSTR_DATA), pf_beats.eq(0)]
+            with m.Case(PF_INSTR_DATA):
+                with m.If(pf_beat):
+                    m.d.sync += [pf_buf.eq(Cat(pf_buf[8 * B:], beat)), pf_beats.eq(pf_beats + 1)]
+                    with m.If(rd.payload.last):
+                        m.d.sync += pf_state.eq(PF_ALIGN)
+            with m.Case(PF_ALIGN):
+                skip = pf_instr_addr[:_log2(B)]
+                offset = (((fetch_beats - pf_beats) * B + skip) * 8).as_unsigned()
+                m.d.sync += [pf_bits.eq(pf_buf.bit_select(offset, _ISA.size)),
+                             pf_state.eq(PF_BLOCKS)]
+            with m.Case(PF_BLOCKS):
+                m.d.sync += [pf_blocks.eq(((pf_next.out_c + To - 1) >> _log2(To))
+                                          * ((pf_next.in_c + Ti - 1) >> _log2(Ti))),
+                             pf_state.eq(PF_WORDS)]
+            with m.Case(PF_WORDS):
+                m.d.sync += [pf_words.eq(pf_blocks * (pf_next.kh * pf_next.kw)),
+                             pf_state.eq(PF_CHECK)]
+            with m.Case(PF_CHECK):
+                with m.If((pf_next.opcode != Opcode.GROUP) | (pf_next.conv != ConvKind.NORMAL)
+                          | (pf_next.weights.space != MemSpace.DRAM)):
+                    m.d.sync += [pf_error.eq(ErrorCode.UNSUPPORTED), pf_state.eq(PF_FAIL)]
+                with m.Elif(own_words + pf_words > self.weight_words):
+                    m.d.sync += [pf_error.eq(ErrorCode.BUFFER_OVERFLOW), pf_state.eq(PF_FAIL)]
+                with m.Else():
+                    m.d.sync += [pf_base.eq(Mux(weights_base == 0,
+                                                self.weight_words - pf_words, 0)),
+                                 pf_pos.eq(0), pf_state.eq(PF_WEIGHT_CMD)]
+            with m.Case(PF_WEIGHT_CMD):
+                m.d.comb += [pf_req.eq(1), pf_addr.eq(base + pf_next.weights.offset),
+                             pf_len.eq(pf_words << _log2(Ti * To))]
+                with m.If(grant_prefetch):
+                    m.d.sync += pf_state.eq(PF_WEIGHT_DATA)
+            with m.Case(PF_WEIGHT_DATA):
+                with m.If(pf_beat):
+                    m.d.comb += [weight_w.addr.eq(pf_base + (pf_pos >> _log2(Ti * To))),
+                                 weight_w.en.eq(one_hot(pf_pos[_log2(B):_log2(Ti * To)],
+                                                        Ti * To // B))]
+                    m.d.sync += pf_pos.eq(pf_pos + B)
+                    with m.If(rd.payload.last):
+                        m.d.sync += [held_valid.eq(1), held_offset.eq(pf_next.weights.offset),
+                                     held_depthwise.eq(0), held_base.eq(pf_base),
+                                     pf_state.eq(PF_DONE)]
+        with m.If(flush):
+            m.d.sync += pf_state.eq(PF_IDLE)
+        with m.Elif(start_compute):
+            m.d.sync += pf_state.eq(Mux(instr.prefetch, PF_INSTR_CMD, PF_IDLE))
+
         # -- header parse ---------------------------------------------------------------------
         magic_lo = int.from_bytes(image.MAGIC[:4], "little")
         magic_hi = int.from_bytes(image.MAGIC[4:8], "little")
@@ -1153,7 +1256,8 @@ class GroupController(wiring.Component):
                      | (instr.in_h == 0) | (instr.in_w == 0) | (instr.in_c == 0)
                      | (instr.out_c == 0)
                      | ((instr.conv != ConvKind.NORMAL) & (instr.in_c != instr.out_c))
-                     | ((instr.conv == ConvKind.NONE) & instr.weights_held))
+                     | ((instr.conv == ConvKind.NONE) & instr.weights_held)
+                     | (instr.prefetch & instr.last))
         unsupported = ((instr.weights.space != MemSpace.DRAM)
                        | (instr.params.space != MemSpace.DRAM)
                        | (instr.out_c_offset[:_log2(L)] != 0))
@@ -1395,7 +1499,7 @@ class GroupController(wiring.Component):
                     # Whole weights stay valid for a later group with weights_held set.
                     m.d.sync += [held_valid.eq((ob_base == 0) & (ob_count == out_blocks)),
                                  held_offset.eq(instr.weights.offset),
-                                 held_depthwise.eq(depthwise)]
+                                 held_depthwise.eq(depthwise), held_base.eq(0)]
                     m.next = "COMPUTE_START"
                 guard()
             with m.State("COMPUTE_START"):
@@ -1405,7 +1509,9 @@ class GroupController(wiring.Component):
                 guard()
             with m.State("COMPUTE"):
                 m.d.comb += compute.eq(1)
-                with m.If(compute_done):
+                with m.If(pf_state == PF_FAIL):
+                    fail(pf_error)
+                with m.Elif(compute_done & ~pf_busy):
                     with m.If(ob_base + ob_count < out_blocks):
                         # Next chunk of output-channel blocks (frame reuse).
                         rest = out_blocks - ob_base - ob_count

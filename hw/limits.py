@@ -24,7 +24,8 @@ from .conv_array import depthwise_taps
 
 __all__ = ["StoreSizes", "GroupShape", "group_shape", "overflows", "loads_whole_weights",
            "HeldWeights", "weight_store_after", "with_held_weights", "stages_input",
-           "staging_buffer", "staging_location"]
+           "staging_buffer", "staging_location", "store_words", "prefetch_fits",
+           "prefetch_pays"]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -192,22 +193,58 @@ def weight_store_after(held: HeldWeights | None, instr: Instruction,
     return None
 
 
+def store_words(instr: Instruction, config: HwConfig) -> int:
+    """Weight-store words the group's own weights occupy while it computes: none for conv
+    NONE (unit weights) or weights streamed from DRAM, else its weight steps (more than the
+    store when frame reuse takes them in output-channel chunks)."""
+    if instr.conv == ConvKind.NONE or streams_weights(instr, config):
+        return 0
+    return group_shape(instr, StoreSizes.of(config)).weight_steps
+
+
+def prefetch_fits(instr: Instruction, nxt: Instruction, config: HwConfig) -> bool:
+    """Whether ``instr`` may set ``prefetch`` for ``nxt``, exactly as the controller checks
+    it: ``nxt`` is a normal convolution, and its weights fit the weight store beside the ones
+    ``instr`` computes with (the controller puts them at the store's other end)."""
+    if nxt.conv != ConvKind.NORMAL:
+        return False
+    z = StoreSizes.of(config)
+    return store_words(instr, config) + group_shape(nxt, z).weight_steps <= z.weight_words
+
+
+def prefetch_pays(instr: Instruction, config: HwConfig) -> bool:
+    """Whether the compiler lets ``instr`` prefetch: its compute phase has the DRAM bus to
+    itself (every feature-map operand on chip, no streamed weights), so the next group's
+    weights arrive behind its computation instead of delaying its reads and writes."""
+    operands = [instr.input, instr.output]
+    if instr.eltwise != Eltwise.NONE:
+        operands.append(instr.shortcut)
+    return (not streams_weights(instr, config)
+            and all(loc.space != MemSpace.DRAM for loc in operands))
+
+
 def with_held_weights(instructions: Sequence[Instruction],
                       config: HwConfig) -> list[Instruction]:
-    """``instructions`` with ``weights_held`` set exactly where the weight store already holds
-    the group's weights — groups sharing a weight tensor back to back (a detection head over
-    pyramid levels) read it from DRAM once."""
-    offsets = [i.weights.offset for i in instructions if i.conv != ConvKind.NONE]
-    if len(set(offsets)) == len(offsets):
-        # No two groups share weights (the common case, and the memory search's hot path).
-        return [i.replace(weights_held=0) if i.weights_held else i for i in instructions]
+    """``instructions`` with ``weights_held`` and ``prefetch`` set exactly where the weight
+    store already holds the group's weights: groups sharing a weight tensor back to back (a
+    detection head over pyramid levels) read it from DRAM once, and a group whose predecessor
+    can load its weights during its own compute phase (:func:`prefetch_pays`,
+    :func:`prefetch_fits`) finds them there. Either way the store then holds the group's
+    weights, as if it had loaded them."""
     out, held = [], None
-    for instr in instructions:
-        keep = instr.conv != ConvKind.NONE and held == HeldWeights.of(instr) \
-            and loads_whole_weights(instr, config)
+    for k, instr in enumerate(instructions):
+        prefetched = k > 0 and bool(out[-1].prefetch)
+        keep = prefetched or (instr.conv != ConvKind.NONE and held == HeldWeights.of(instr)
+                              and loads_whole_weights(instr, config))
         if bool(instr.weights_held) != keep:
             instr = instr.replace(weights_held=int(keep))
-        held = weight_store_after(held, instr, config)
+        held = HeldWeights.of(instr) if prefetched else weight_store_after(held, instr, config)
+        nxt = instructions[k + 1] if k + 1 < len(instructions) and not instr.last else None
+        prefetch = (nxt is not None and prefetch_pays(instr, config)
+                    and loads_whole_weights(nxt, config) and held != HeldWeights.of(nxt)
+                    and prefetch_fits(instr, nxt, config))
+        if bool(instr.prefetch) != prefetch:
+            instr = instr.replace(prefetch=int(prefetch))
         out.append(instr)
     return out
 

@@ -132,7 +132,8 @@ class InstructionLayout(data.Struct):
     sc_signed: 1
     sc_zp: 8
     weights_held: 1
-    reserved_w0: 2
+    prefetch: 1
+    reserved_w0: 1
     # word 1: convolution and pooling windows
     kh: 3
     kw: 3
@@ -194,8 +195,11 @@ FIELD_DOCS = {
     "sc_signed": "shortcut operand is int8 (1) or uint8 (0)",
     "sc_zp": "shortcut operand zero point",
     "weights_held": "1: the weight store still holds this group's weights, loaded whole by the "
-                    "previous group that read weights (the same DRAM offset); they are not "
-                    "read again",
+                    "previous group that read weights or by the previous group's prefetch (the "
+                    "same DRAM offset); they are not read again",
+    "prefetch": "1: while this group computes, the controller reads the next instruction and "
+                "loads the next group's weights (a normal convolution's, whole) into the part of "
+                "the weight store this group does not use; the next group sets weights_held",
     "kh": "kernel height 1..7",
     "kw": "kernel width 1..7",
     "sh": "vertical stride 1..2",
@@ -505,6 +509,8 @@ def validate(instr: Instruction) -> None:
                  "weights are streamed from DRAM")
     if i.conv == ConvKind.NONE:
         _require_zero(i, ("weights_held",), "when conv is NONE (no weights)")
+    if i.last:
+        _require_zero(i, ("prefetch",), "on the last group (no next group to prefetch for)")
     if i.conv != ConvKind.NORMAL:
         _require(i.in_c == i.out_c, "out_c", i.out_c,
                  f"{i.conv.name} convolution keeps the channel count (in_c={i.in_c})")

@@ -42,6 +42,12 @@ carries the controller's address (IMAGE_BASE, ``CycleModel.run``'s ``image_base`
 location and the layout offset of its segment), and is split into bursts as the DMA splits it:
 at most ``dram_max_burst`` beats, never across a 4 KiB boundary. Not modelled: the write
 buffer filling up and stalling the datapath when the writes fall behind.
+
+A group with ``prefetch`` ends no earlier than its prefetch: the next instruction's read, four
+cycles of sizing and checks, and the read of the next group's weights, from the first cycle
+of COMPUTE, timed as the control FSM's reads — the compiler sets it only where the compute
+phase has the bus to itself (:func:`sfnpu.hw.limits.prefetch_pays`); the next group then
+finds its weights held.
 """
 
 from __future__ import annotations
@@ -272,12 +278,14 @@ class CycleModel:
     # -- one group ------------------------------------------------------------------------
 
     def group(self, instr: Instruction, index: int = 0, fetch_address: int = 0,
-              section_count: int | None = None, base: int = 0) -> GroupTiming:
+              section_count: int | None = None, base: int = 0,
+              next_instr: Instruction | None = None) -> GroupTiming:
         """Model one group. ``fetch_address``: the instruction's byte offset in the image (its
         alignment decides the fetch's beats); ``section_count``: the image's sections, when
         the header and section table are read before this group; ``base``: the image's DRAM
         address (IMAGE_BASE): DRAM locations are offsets from it, and the DMA splits bursts
-        at 4 KiB boundaries of the absolute addresses."""
+        at 4 KiB boundaries of the absolute addresses; ``next_instr``: the instruction after
+        it, whose weights a group with ``prefetch`` loads."""
         cfg, B, L = self.config, self.B, self.L
         s = self.shape(instr)
         read = write = 0
@@ -321,6 +329,11 @@ class CycleModel:
                 control += cycles
                 read += n * B
             cycles, r, w, bound = self._compute(later if k else instr, s, obs, ob_base, base)
+            if instr.prefetch:
+                prefetch, n = self._prefetch(next_instr, base + fetch_address + isa.WORDS * 4,
+                                             base)
+                cycles = max(cycles, prefetch)
+                r += n
             ob_base += obs
             compute += cycles + 1                              # + COMPUTE_START
             read += r
@@ -329,6 +342,20 @@ class CycleModel:
         cycles = control + compute + 1                          # + GROUP_END
         return GroupTiming(index, cycles, read, write, instr.reuse, control, compute,
                            max(set(bounds), key=bounds.count))
+
+    def _prefetch(self, nxt: Instruction | None, address: int, base: int) -> tuple[int, int]:
+        """(cycles, read bytes) of a ``prefetch``: from the first cycle of COMPUTE to the one in
+        which the controller's prefetch is done — the next instruction's read (``address``),
+        ALIGN, BLOCKS, WORDS and CHECK, and the read of its weights, each read issued at once.
+        The compiler sets ``prefetch`` only where the compute phase has the bus to itself
+        (:func:`sfnpu.hw.limits.prefetch_pays`), so the reads are the control FSM's."""
+        if nxt is None:
+            raise ValueError("a group with prefetch set needs the next instruction")
+        cfg = self.config
+        cycles, n = self.control_read(address, isa.WORDS * 4)
+        words = group_shape(nxt, self.sizes).weight_steps
+        w_cycles, w_n = self.control_read(base + nxt.weights.offset, words * cfg.ti * cfg.to)
+        return cycles + 4 + w_cycles + 1, (n + w_n) * self.B
 
     # -- the compute phase ------------------------------------------------------------------
 
@@ -776,8 +803,9 @@ class CycleModel:
         run = ModelRun(self.config)
         for k, instr in enumerate(instructions):
             address = instructions_offset + k * isa.WORDS * 4
+            nxt = instructions[k + 1] if k + 1 < len(instructions) else None
             run.groups.append(self.group(instr, k, address, section_count if k == 0 else None,
-                                         image_base))
+                                         image_base, nxt))
         return run
 
 

@@ -27,23 +27,36 @@ def compiled(request, tmp_path_factory):
     return compiled_image(tmp_path_factory.mktemp(net.name), net, outputs, get_config("tiny"))
 
 
-def test_dram_bytes_are_the_exact_traffic(compiled):
+@pytest.mark.parametrize("reuse", [None, Reuse.FRAME])
+def test_dram_bytes_are_the_exact_traffic(compiled, reuse):
     """Each group moves exactly the bytes :func:`memory.traffic` counts (every operand's
-    layout range once, streamed weights once per conv output row), plus its own instruction
-    fetch (and the image header before the first group), in whole bus words."""
+    layout range once, streamed weights once per conv output row, the next group's weights
+    in a prefetching group), plus its own instruction fetch (and the image header before the
+    first group; a prefetching group also reads the next instruction), in whole bus words.
+    ``reuse``: the compiled program, or the all-frame policy with its on-chip tensors."""
     config = get_config("tiny")
     comp, blob = compiled
+    program = comp.program
+    if reuse is not None:
+        blocks = detect_blocks(comp.graph, comp.groups)
+        program = apply_policy(comp, Policy.uniform(blocks, reuse), blocks)
+        given = image.unpack(blob, config)
+        blob = program.pack([given.tensor(image.SectionKind.INPUT, k, config.lanes)
+                             for k in range(len(program.inputs))])
     model = CycleModel(config)
     run = model.run(blob)
     img = image.unpack(blob, config)
     first = img.layout.of_kind(image.SectionKind.INSTRUCTIONS)[0].offset
     header = (model.beats(0, image.HEADER.size)
               + model.beats(image.HEADER.size, len(img.layout.sections) * image.SECTION.size))
-    exact = traffic(comp.program.instructions, config)
-    for k, (g, t) in enumerate(zip(run.groups, exact.groups)):
-        fetch = model.beats(first + k * isa.WORDS * 4, isa.WORDS * 4) + (header if k == 0 else 0)
+    exact = traffic(program.instructions, config)
+
+    def fetch(k):
+        return model.beats(first + k * isa.WORDS * 4, isa.WORDS * 4)
+    for k, (instr, g, t) in enumerate(zip(program.instructions, run.groups, exact.groups)):
+        beats = fetch(k) + (header if k == 0 else 0) + (fetch(k + 1) if instr.prefetch else 0)
         assert g.write_bytes == t.fm_write
-        assert g.read_bytes == t.fm_read + t.weights + t.params + fetch * config.dram_bus_bytes
+        assert g.read_bytes == t.fm_read + t.weights + t.params + beats * config.dram_bus_bytes
         assert g.read_bytes % config.dram_bus_bytes == 0
 
 

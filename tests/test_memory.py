@@ -488,6 +488,52 @@ def test_held_weights_follow_the_weight_store(small):
                              pad_right=0)) == [0, 0]   # same offset, another layout
 
 
+def test_prefetch_where_the_bus_is_free_and_the_store_has_room(small):
+    """``prefetch`` is set where the group computes with every operand on chip (the bus is
+    free for the next group's weights) and both groups' weights fit the store; the next group
+    then finds its weights held, and the store holds them as if it had loaded them."""
+    compiled, _ = small
+    a = compiled.program.instructions[1]              # 16 → 16, 3×3: 36 of tiny's 1024 words
+    on_chip = a.replace(reuse=Reuse.FRAME, input=isa.buffer(0), output=isa.buffer(1))
+    other = a.replace(weights=isa.dram(a.weights.offset + 4096))
+    crowded = other.replace(in_c=88, out_c=80)        # 990 words: alone it fits, beside a not
+    chunked = a.replace(in_c=512, out_c=512, reuse=Reuse.FRAME, weights=isa.dram(1 << 20))
+    depthwise = other.replace(conv=isa.ConvKind.DEPTHWISE)
+
+    def flags(*instrs):
+        out = with_held_weights(instrs, TINY)
+        return [i.prefetch for i in out], [i.weights_held for i in out]
+    assert flags(on_chip, other) == ([1, 0], [0, 1])
+    assert flags(on_chip, other, a) == ([1, 0, 0], [0, 1, 0])
+    third = a.replace(weights=isa.dram(a.weights.offset + 8192))
+    assert flags(on_chip, on_chip.replace(weights=other.weights), third) == \
+        ([1, 1, 0], [0, 1, 1])
+    assert flags(a, other) == ([0, 0], [0, 0])                    # a's input is in DRAM
+    assert flags(on_chip, on_chip) == ([0, 0], [0, 1])            # held already
+    assert flags(on_chip, other, other) == ([1, 0, 0], [0, 1, 1])  # held after the prefetch
+    assert flags(on_chip, crowded) == ([0, 0], [0, 0])
+    assert flags(on_chip, chunked) == ([0, 0], [0, 0])
+    assert flags(on_chip, depthwise) == ([0, 0], [0, 0])
+    assert flags(on_chip.replace(last=1), other) == ([0, 0], [0, 0])
+
+
+def test_checker_catches_a_prefetch_that_does_not_fit(small):
+    compiled, blocks = small
+    g = compiled.groups
+    _, instrs = placed(compiled, blocks, Policy.uniform(blocks, Reuse.FRAME))
+    assert any(i.prefetch for i in instrs)
+    check_program(compiled.graph, g, instrs, TINY)
+    broken = list(instrs)
+    broken[-1] = instrs[-1].replace(prefetch=1)
+    with pytest.raises(AllocationError, match=f"group {len(g) - 1} .*prefetch .*no group follows"):
+        check_program(compiled.graph, g, broken, TINY)
+    k = next(k for k, i in enumerate(instrs) if i.prefetch)
+    broken = list(instrs)
+    broken[k + 1] = instrs[k + 1].replace(in_c=1024, out_c=1024)
+    with pytest.raises(AllocationError, match=f"group {k} .*prefetch .*weight store"):
+        check_program(compiled.graph, g, broken, TINY)
+
+
 def test_checker_catches_weights_not_held(small):
     compiled, blocks = small
     g = compiled.groups

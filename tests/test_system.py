@@ -11,6 +11,7 @@ the error code, the failing group and that the core returns to idle (no hang).
 import dataclasses
 import os
 import functools
+import math
 import struct
 
 import numpy as np
@@ -22,7 +23,7 @@ from sfnpu.compiler import builders
 from sfnpu.compiler.pipeline import compile_model
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
-from sfnpu.hw.limits import overflows, stages_input
+from sfnpu.hw.limits import StoreSizes, overflows, prefetch_fits, stages_input
 from sfnpu.compiler.blocks import detect_blocks
 from sfnpu.compiler.memory import Policy, apply_policy, staging
 from sfnpu.isa import Activation, ConvKind, InputTransform, MemSpace, Reuse
@@ -488,16 +489,22 @@ def instruction_offset(blob, config, index):
 def patch_instruction(blob, config, index, **changes):
     """The image with instruction ``index`` re-encoded with ``changes`` (no validation: the
     hardware's decoder is under test); CRCs are left alone — the hardware does not check them."""
-    at = instruction_offset(blob, config, index)
-    words = list(struct.unpack_from(f"<{isa.WORDS}I", blob, at))
-    value = int.from_bytes(struct.pack(f"<{isa.WORDS}I", *words), "little")
+    return patch_instructions(blob, config, {index: changes})
+
+
+def patch_instructions(blob, config, changes_by_index):
+    """:func:`patch_instruction` for several instructions at once."""
     fields = isa.field_table()
-    for name, raw in changes.items():
-        field = next(f for f in fields if f.name == name)
-        bit = field.word * 32 + field.lsb
-        value = value & ~(((1 << field.width) - 1) << bit) | (raw << bit)
     patched = bytearray(blob)
-    patched[at:at + isa.WORDS * 4] = value.to_bytes(isa.WORDS * 4, "little")
+    for index, changes in changes_by_index.items():
+        at = instruction_offset(blob, config, index)
+        words = list(struct.unpack_from(f"<{isa.WORDS}I", blob, at))
+        value = int.from_bytes(struct.pack(f"<{isa.WORDS}I", *words), "little")
+        for name, raw in changes.items():
+            field = next(f for f in fields if f.name == name)
+            bit = field.word * 32 + field.lsb
+            value = value & ~(((1 << field.width) - 1) << bit) | (raw << bit)
+        patched[at:at + isa.WORDS * 4] = value.to_bytes(isa.WORDS * 4, "little")
     return bytes(patched)
 
 
@@ -524,6 +531,8 @@ def tiny_harness():
     (2, {"out_c_offset": 4}, ErrorCode.UNSUPPORTED),   # concat offset inside a word
     (0, {"weights_held": 1}, ErrorCode.WEIGHTS_NOT_HELD),  # nothing loaded yet in this run
     (2, {"weights_held": 1}, ErrorCode.WEIGHTS_NOT_HELD),  # the store holds group 1's
+    (2, {"prefetch": 1}, ErrorCode.ILLEGAL_FIELD),     # the last group: nothing to prefetch
+    (0, {"prefetch": 1}, ErrorCode.UNSUPPORTED),       # the next group is depthwise
 ])
 def test_decode_errors(tiny_harness, stack_blob, index, changes, code):
     blob = patch_instruction(stack_blob, tiny_harness.config, index, **changes)
@@ -536,6 +545,36 @@ def assert_stops_at(result, index, code):
     assert result.error_code == code
     assert result.error_group == index
     assert len(result.group_cycles) == index        # the groups before it completed
+
+
+def test_prefetch_beside_dram_traffic_and_past_the_store(tiny_harness, stack_blob):
+    """A hand-set prefetch in a row-reuse group, whose input, output and weights share the bus
+    with it: the next group computes from the prefetched weights and the DRAM is the same as
+    without it, with every byte read once. Next weights that do not fit beside the group's
+    own stop the prefetching group with BUFFER_OVERFLOW, as :func:`prefetch_fits` predicts."""
+    config = tiny_harness.config
+    program = image.unpack(stack_blob, config).program
+    assert not any(i.prefetch for i in program) and prefetch_fits(program[1], program[2], config)
+    plain = tiny_harness.run(stack_blob, max_cycles=200_000)
+    result = tiny_harness.run(patch_instructions(stack_blob, config, {
+        1: {"prefetch": 1}, 2: {"weights_held": 1}}), max_cycles=200_000)
+    assert result.done and not result.error
+    code = image.unpack(stack_blob, config).layout.of_kind(image.SectionKind.INSTRUCTIONS)[0]
+    outside = slice(code.end, len(plain.dram))      # everything but the patched instructions
+    assert result.dram[outside] == plain.dram[outside]
+    assert result.dram[:code.offset] == plain.dram[:code.offset]
+    # every byte once; the prefetch also reads the next instruction
+    fetch = CycleModel(config).beats(instruction_offset(stack_blob, config, 2), isa.WORDS * 4)
+    assert sum(result.group_read_bytes) == sum(plain.group_read_bytes) + \
+        fetch * config.dram_bus_bytes
+    assert result.group_read_bytes[2] < plain.group_read_bytes[2]
+
+    nxt = program[2]
+    blocks = math.isqrt(StoreSizes.of(config).weight_words // (nxt.kh * nxt.kw)) + 1
+    big = dict(in_c=blocks * config.lanes, out_c=blocks * config.lanes)
+    assert not prefetch_fits(program[1], nxt.replace(**big), config)
+    blob = patch_instructions(stack_blob, config, {1: {"prefetch": 1}, 2: big})
+    assert_stops_at(tiny_harness.run(blob, max_cycles=200_000), 1, ErrorCode.BUFFER_OVERFLOW)
 
 
 @pytest.mark.parametrize("index, changes, store", [
