@@ -118,6 +118,36 @@ class HostPlan:
     epilogue_ops: tuple[str, ...]  # op types the host runs after the accelerator
     #: epilogue input name → (IR tensor it receives, ONNX shape to give it)
     epilogue_feeds: dict
+    #: accelerator inputs the prologue hands over as SpaceToDepth(2) of the quantised input
+    space_to_depth: tuple[str, ...] = ()
+
+    def with_space_to_depth(self, moved: dict[str, tuple[str, tuple[int, int, int]]]
+                            ) -> "HostPlan":
+        """The plan whose prologue also rearranges quantised inputs: ``moved`` maps each new
+        accelerator input to (the input it is the SpaceToDepth(2) of, that input's
+        ``(C, H, W)``). The prologue hands out the new input instead, in
+        :func:`~.ir.space_to_depth_conv`'s channel order ``(dy·2 + dx)·C + c`` (ONNX
+        SpaceToDepth's), built from Reshape and Transpose, which onnxruntime runs on 8-bit
+        codes."""
+        prologue = onnx.ModelProto()
+        prologue.CopyFrom(self.prologue)
+        g = prologue.graph
+        for new, (old, (c, h, w)) in moved.items():
+            split = numpy_helper.from_array(np.array([1, c, h // 2, 2, w // 2, 2], np.int64),
+                                            f"{new}.split_shape")
+            merged = numpy_helper.from_array(np.array([1, 4 * c, h // 2, w // 2], np.int64),
+                                             f"{new}.shape")
+            g.initializer.extend([split, merged])
+            g.node.extend([
+                onnx.helper.make_node("Reshape", [old, split.name], [f"{new}.blocks"]),
+                onnx.helper.make_node("Transpose", [f"{new}.blocks"], [f"{new}.phases"],
+                                      perm=[0, 3, 5, 1, 2, 4]),
+                onnx.helper.make_node("Reshape", [f"{new}.phases", merged.name], [new]),
+            ])
+            output = next(o for o in g.output if o.name == old)
+            output.name = new
+        return HostPlan(prologue, self.epilogue, self.epilogue_ops, self.epilogue_feeds,
+                        self.space_to_depth + tuple(moved))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["QType", "Tensor", "Node", "Graph", "IRError", "OPS", "check", "space_to_depth_conv"]
+__all__ = ["QType", "Tensor", "Node", "Graph", "IRError", "OPS", "check", "space_to_depth_conv",
+           "is_space_to_depth_conv"]
 
 
 class IRError(ValueError):
@@ -140,6 +141,21 @@ def check(graph: Graph) -> Graph:
         if name not in defined:
             raise IRError(f"graph output {name!r} is never produced")
     return graph
+
+
+def is_space_to_depth_conv(node: Node) -> bool:
+    """Whether ``node`` is exactly :func:`space_to_depth_conv` of its input (a pure
+    rearrangement when its output is quantised as its input)."""
+    if node.op != "conv" or node.attrs.get("depthwise") or node.attrs.get("stride") != (2, 2) \
+            or node.attrs.get("pads") != (0, 0, 0, 0):
+        return False
+    weight = node.consts.get("weight")
+    if weight is None or weight.ndim != 4 or weight.shape[2:] != (2, 2) \
+            or weight.shape[0] != 4 * weight.shape[1]:
+        return False
+    ref = space_to_depth_conv(node.name, node.inputs[0], node.output, weight.shape[1])
+    return set(node.consts) == set(ref.consts) and all(
+        np.array_equal(node.consts[k], v) for k, v in ref.consts.items())
 
 
 def space_to_depth_conv(name: str, source: str, output: str, channels: int) -> Node:

@@ -15,7 +15,7 @@ from sfnpu.hw.conv_array import row_cycles
 from sfnpu.hw.limits import StoreSizes
 
 from .groups import weight_key
-from .ir import Graph, Node, QType, Tensor, check, space_to_depth_conv
+from .ir import Graph, Node, QType, Tensor, check, is_space_to_depth_conv, space_to_depth_conv
 
 __all__ = ["PASSES", "run_passes", "fold_silu", "requantize_concat_inputs",
            "drop_dead_nodes", "split_shared_wide_convs", "space_to_depth_strided_convs",
@@ -187,7 +187,11 @@ def space_to_depth_strided_convs(graph: Graph, config: HwConfig) -> tuple[Graph,
     kernel's tap ``2a + b`` is the old tap ``2a + b − e`` and reads phase ``b`` of the
     SpaceToDepth pixel ``o + a − ⌈p/2⌉``. Every product of the original is computed once, the
     added taps weigh ``w − w_zp = 0``, and padding is the input zero point in both, so the int32
-    accumulators — and everything after them — are identical."""
+    accumulators — and everything after them — are identical.
+
+    A network input that only the stem reads is rearranged by the host instead
+    (:func:`space_to_depth_on_host`), so there the SpaceToDepth costs the array nothing and a
+    3×3 stem over 3 channels pays too."""
     nodes, tensors, changed = [], dict(graph.tensors), False
     for node in graph.nodes:
         plan = _space_to_depth_plan(node, graph, config) if node.op == "conv" else None
@@ -205,6 +209,35 @@ def space_to_depth_strided_convs(graph: Graph, config: HwConfig) -> tuple[Graph,
                                   consts=dict(node.consts, weight=weight)))
         changed = True
     return (graph.replace(nodes=nodes, tensors=tensors), True) if changed else (graph, False)
+
+
+def _host_rearranges(graph: Graph, tensor: str) -> bool:
+    """Whether a SpaceToDepth of ``tensor`` can run in the host prologue: a network input
+    that one node reads."""
+    return tensor in graph.inputs and len(graph.consumers(tensor)) == 1
+
+
+def space_to_depth_on_host(graph: Graph) -> tuple[Graph, dict[str, str]]:
+    """A SpaceToDepth (:func:`~.ir.is_space_to_depth_conv`, quantised as its input) of a
+    network input that nothing else reads moves into the host prologue, beside the input's
+    quantisation: it is a pure rearrangement of the codes, and the accelerator's input becomes
+    the rearranged tensor (a quarter of the pixels, four times the channels, the same bytes),
+    so the group goes. Returns the graph and {new network input: the input it rearranges}."""
+    moved: dict[str, str] = {}
+    nodes, tensors, inputs = [], dict(graph.tensors), list(graph.inputs)
+    for node in graph.nodes:
+        x = node.inputs[0] if node.inputs else None
+        if (node.op == "conv" and x is not None and _host_rearranges(graph, x)
+                and is_space_to_depth_conv(node)
+                and graph.tensors[node.output].qtype == graph.tensors[x].qtype):
+            inputs[inputs.index(x)] = node.output
+            del tensors[x]
+            moved[node.output] = x
+        else:
+            nodes.append(node)
+    if not moved:
+        return graph, moved
+    return graph.replace(nodes=nodes, tensors=tensors, inputs=inputs), moved
 
 
 def _space_to_depth_axis(size: int, k: int, pad_a: int, pad_b: int
@@ -259,6 +292,7 @@ def _space_to_depth_plan(conv: Node, graph: Graph, config: HwConfig):
     _, _, ky, kx = form[0].shape
     _, out_h, out_w = graph.tensors[conv.output].shape
     before = out_h * row_cycles(False, kh, kw, 2, out_w, c, o, config)
-    after = (h // 2 * row_cycles(False, 2, 2, 2, w // 2, c, 4 * c, config)
-             + out_h * row_cycles(False, ky, kx, 1, out_w, 4 * c, o, config))
+    rearrange = 0 if _host_rearranges(graph, conv.inputs[0]) else \
+        h // 2 * row_cycles(False, 2, 2, 2, w // 2, c, 4 * c, config)
+    after = rearrange + out_h * row_cycles(False, ky, kx, 1, out_w, 4 * c, o, config)
     return form if 4 * after <= 3 * before else None

@@ -20,7 +20,8 @@ from sfnpu.config import HwConfig
 from .codegen import Program, generate
 from .groups import Group, fuse
 from .ir import check
-from .passes import run_passes, space_to_depth_strided_convs, split_shared_wide_convs
+from .passes import (run_passes, space_to_depth_on_host, space_to_depth_strided_convs,
+                     split_shared_wide_convs)
 from .importer import Imported, import_model
 
 __all__ = ["Compiled", "PipelineConfig", "STEPS", "compile_model", "run_onnxruntime",
@@ -146,7 +147,16 @@ def compile_model(src, config: HwConfig, pipeline: PipelineConfig = PipelineConf
             if changed:
                 check(graph)
                 rewrites.append(name)
-    imported = replace(imported, graph=graph)
+    host = imported.host
+    if pipeline.space_to_depth:
+        before = graph
+        graph, moved = space_to_depth_on_host(graph)
+        if moved:
+            check(graph)
+            rewrites.append("space_to_depth_on_host")
+            host = host.with_space_to_depth({new: (old, before.tensors[old].shape)
+                                             for new, old in moved.items()})
+    imported = replace(imported, graph=graph, host=host)
     groups = fuse(graph)
     compiled = Compiled(imported, groups, generate(graph, groups, config), pipeline,
                         tuple(rewrites))

@@ -37,7 +37,10 @@ def compile_report(compiled: Compiled, source: str, notes: list[str] = ()) -> st
         f"{len(compiled.graph.nodes)} → groups (instructions): {len(prog.instructions)}",
         f"- pipeline steps: {', '.join(compiled.pipeline.steps)}",
         f"- DRAM image: {prog.layout.image_bytes} bytes (parameters {len(prog.params)})",
-        f"- host before the accelerator: QuantizeLinear of {len(prog.inputs)} input(s)",
+        f"- host before the accelerator: QuantizeLinear of {len(prog.inputs)} input(s)"
+        + "".join(f", then SpaceToDepth(2) into `{name}` ({'x'.join(map(str, shape))})"
+                  for name, shape in ((n, compiled.graph.tensors[n].shape)
+                                      for n in host.space_to_depth)),
         f"- host after the accelerator: "
         f"{', '.join(sorted(set(host.epilogue_ops))) or 'nothing'}",
         *[f"- {note}" for note in notes],

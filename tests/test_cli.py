@@ -116,8 +116,9 @@ def test_run_reports_bad_input(capsys, tmp_path):
 
 def test_space_to_depth_switch(capsys, tmp_path):
     """A 7×7 stride-2 stem over 2 channels: compiled with the pipeline step `space_to_depth`
-    by default (one more group), without it under `--no-space-to-depth`; both programs give
-    onnxruntime's outputs on the golden model."""
+    by default (a 4×4 stride-1 stem over the host's SpaceToDepth of the input: 8 input
+    channels), without it under `--no-space-to-depth`; both programs give onnxruntime's
+    outputs on the golden model."""
     import numpy as np
     import onnx
 
@@ -128,12 +129,14 @@ def test_space_to_depth_switch(capsys, tmp_path):
     model_path = tmp_path / "stem.onnx"
     onnx.save(n.model([y]), str(model_path))
     np.save(tmp_path / "x.npy", n.samples(1, seed=4))
-    for flags, groups, step in (([], 3, True), (["--no-space-to-depth"], 2, False)):
+    for flags, groups, step in (([], 2, True), (["--no-space-to-depth"], 2, False)):
         code, out = run(capsys, "compile", str(model_path), *flags, "-o", str(tmp_path / "c"))
         assert code == 0, out
         assert f"groups (instructions): {groups}" in out
         report = (tmp_path / "c" / "report.md").read_text()
         assert ("space_to_depth" in report.split("pipeline steps:")[1].splitlines()[0]) == step
+        assert ("then SpaceToDepth(2) into" in report) == step
+        assert ("| 8x8x8 |" if step else "| 2x16x16 |") in report     # the stem's input
         outputs = []
         for backend, extra in (("onnxruntime", []), ("golden", flags)):
             target = tmp_path / f"{backend}.npy"

@@ -56,21 +56,21 @@ def test_single_cut_policies(resnet18):
 
 
 def test_double_and_general_cut_policies(resnet18):
-    _, blocks = resnet18        # 11 blocks (SpaceToDepth, stem, 8 residual, classifier): 4 + 7
-    assert len(blocks) == 11
+    _, blocks = resnet18        # 10 blocks (stem, 8 residual, classifier): 4 + 6
+    assert len(blocks) == 10
     policies = list(double_cut_policies(blocks, cut=4))
-    assert len(policies) == 5 * 8
+    assert len(policies) == 5 * 7
     for p in policies:
         l1, l2 = (int(v) for v in p.label[3:-1].split(", "))
         # Fig. 15: row reuse if i < L1 or i ≥ N1 + L2.
-        assert p.modes == tuple(R if i < l1 or i >= 4 + l2 else F for i in range(11))
-    three = list(cut_policies(blocks, (3, 3, 5)))
-    assert len(three) == 4 * 4 * 6                                   # O(N^k)
+        assert p.modes == tuple(R if i < l1 or i >= 4 + l2 else F for i in range(10))
+    three = list(cut_policies(blocks, (3, 3, 4)))
+    assert len(three) == 4 * 4 * 5                                   # O(N^k)
     # Segments alternate: row first (falling scale), frame first (rising), row first.
-    assert three[-1].label == "L=(3, 3, 5)"
-    assert three[-1].modes == (R,) * 3 + (F,) * 3 + (R,) * 5
+    assert three[-1].label == "L=(3, 3, 4)"
+    assert three[-1].modes == (R,) * 3 + (F,) * 3 + (R,) * 4
     assert next(p for p in three if p.label == "L=(1, 2, 0)").modes == \
-        (R, F, F, F, F, R, F, F, F, F, F)
+        (R, F, F, F, F, R, F, F, F, F)
     with pytest.raises(ValueError, match="do not partition"):
         list(cut_policies(blocks, (3, 3)))
 
@@ -383,14 +383,15 @@ def test_table_ii_resnet50(tmp_path_factory):
     # 64×64). The 7×7 stem runs as SpaceToDepth and a 4×4 convolution (16 taps × 64×64).
     first_frame = best.policy.modes.index(Reuse.FRAME)
     assert blocks[first_frame].name.startswith("layer3.0.")
-    assert compiled.rewrites == ("space_to_depth",)
+    assert compiled.rewrites == ("space_to_depth", "space_to_depth_on_host")
     q = best.requirements
     assert q.weight_buff == 9 * 2 * 2 * 64 * 64
     assert q.buffers == (512 * 28 * 28, 1024 * 14 * 14, 0)
-    assert q.row_buff == 6 * 224 * 64                     # the padded 3-channel input
+    assert q.row_buff == 6 * 56 * 4 * 64        # layer1's 256-channel rows of 56 pixels
     # One row of partial sums in either mode, the stem's 112-pixel row; the write buffer
-    # takes the widest output row, the SpaceToDepth's 112 pixels (12 channels in one block).
-    assert (q.out_buff, q.write_buff) == (112 * 64 * 4, 112 * 64)
-    assert q.sram == 723_968
+    # takes the widest output row, the stem's after its max pool: 56 pixels of 64 channels
+    # (the host hands over the image as SpaceToDepth: no 112-pixel SpaceToDepth group).
+    assert (q.out_buff, q.write_buff) == (112 * 64 * 4, 56 * 64)
+    assert q.sram == 720_384
     assert best.traffic.weights == sum(layout.weight_bytes(i, compiled.program.config)
                                        for i in compiled.program.instructions)

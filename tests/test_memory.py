@@ -374,12 +374,12 @@ def efficientnet_b1(tmp_path_factory):
 def test_resnet18_blocks(resnet18):
     _, compiled = resnet18
     blocks = detect_blocks(compiled.graph, compiled.groups)
-    # The stem as SpaceToDepth and a stride-1 conv (two single layers), 8 basic blocks (3 with
-    # a projection shortcut: 3 groups), classifier.
-    assert compiled.rewrites == ("space_to_depth",)
-    assert [len(b.groups) for b in blocks] == [1, 1, 2, 2, 3, 2, 3, 2, 3, 2, 1]
+    # The stem as a stride-1 conv over the host's SpaceToDepth of the input (a single layer),
+    # 8 basic blocks (3 with a projection shortcut: 3 groups), classifier.
+    assert compiled.rewrites == ("space_to_depth", "space_to_depth_on_host")
+    assert [len(b.groups) for b in blocks] == [1, 2, 2, 3, 2, 3, 2, 3, 2, 1]
     assert [b.kind for b in blocks].count(BlockKind.RESIDUAL) == 8
-    assert blocks.cut is None and blocks.segments == (11,)
+    assert blocks.cut is None and blocks.segments == (10,)
 
 
 def test_mobilenet_v2_blocks(mobilenet_v2):

@@ -235,6 +235,7 @@ def test_space_to_depth_form_computes_the_same_accumulators(c, half_h, half_w, k
     assert np.array_equal(want, got)
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["on-host", "on-chip"])
 @pytest.mark.parametrize("config, c, k, pads", [
     ("kcu1500", 3, 7, [3, 3, 3, 3]),     # ResNet's stem
     ("tiny", 2, 7, [3, 3, 3, 3]),
@@ -243,32 +244,57 @@ def test_space_to_depth_form_computes_the_same_accumulators(c, half_h, half_w, k
     ("tiny", 2, 5, [1, 1, 2, 2]),        # TensorFlow's SAME padding
     ("tiny", 1, 5, [0, 0, 0, 0]),
 ])
-def test_stride_two_stem_runs_as_space_to_depth(tmp_path, config, c, k, pads):
+def test_stride_two_stem_runs_as_space_to_depth(tmp_path, config, c, k, pads, shared):
     """A stride-2 convolution over fewer channels than the array's lanes becomes SpaceToDepth
     and a stride-1 convolution; the program still equals onnxruntime's model, and the cycle
-    model's run is shorter than without the rewrite."""
+    model's run is shorter than without the rewrite. When only the stem reads the network
+    input the host prologue rearranges it and the accelerator's input is the SpaceToDepth
+    (``shared``: a 1×1 convolution reads the input too, and the SpaceToDepth is a group)."""
     config = get_config(config)
     net = Net((c, 12, 12), seed=5, name="stem")
     y = net.op("Relu", [net.conv("x", c, 8, k, stride=2, pads=pads)])
-    path = qdq(tmp_path, net, [net.conv(y, 8, 8, 3)], f"stem{c}{k}")
+    outputs = [net.conv(y, 8, 8, 3)] + ([net.conv("x", c, 4, 1, pads=[0, 0, 0, 0])]
+                                        if shared else [])
+    path = qdq(tmp_path, net, outputs, f"stem{c}{k}{int(shared)}")
     compiled, same = identical(path, net, config)
     assert same
-    assert [n.name.endswith(".space_to_depth") for n in compiled.graph.nodes][:2] == [True, False]
-    stem = compiled.graph.nodes[1]
-    assert stem.attrs["stride"] == (1, 1) and stem.consts["weight"].shape[1] == 4 * c
+    moved = [n for n in compiled.graph.nodes if n.name.endswith(".space_to_depth")]
+    rearranged = moved[0].output if moved else compiled.program.inputs[0]
+    stems = [n for n in compiled.graph.nodes if n.inputs == (rearranged,)]
+    assert len(stems) == 1 and stems[0].attrs["stride"] == (1, 1)
+    assert stems[0].consts["weight"].shape[1] == 4 * c
     plain = compile_model(path, config, PipelineConfig(space_to_depth=False))
-    assert len(plain.program.instructions) == len(compiled.program.instructions) - 1
+    added = len(compiled.program.instructions) - len(plain.program.instructions)
+    x = compiled.graph.tensors[compiled.program.inputs[0]]
+    if shared:
+        assert len(moved) == 1 and added == 1 and x.shape == (c, 12, 12)
+        assert "space_to_depth_on_host" not in compiled.rewrites
+    else:
+        assert not moved and added == 0 and x.shape == (4 * c, 6, 6)
+        assert "space_to_depth_on_host" in compiled.rewrites
     model = CycleModel(config)
     assert (model.run(compiled.program.instructions).cycles
             < model.run(plain.program.instructions).cycles)
 
 
 def test_space_to_depth_only_where_it_saves_cycles(tmp_path):
-    """A 3×3 stem over 3 channels (9 taps against 4 + 4), 8 channels that fill ``tiny``'s
-    lanes already, and an odd input side: all stay as they are."""
+    """On ``tiny``: a 3×3 stem over 3 channels (12 channels are two of its 8-lane blocks: 8
+    steps against 9), 8 channels that fill its lanes already, and an odd input side all stay
+    as they are. On ``kcu1500`` the 3×3 stem over 3 channels (EfficientNet's, MobileNet's)
+    pays when the host rearranges the input (4 taps against 9), not when the SpaceToDepth
+    would be a group of its own (4 + 4)."""
     for c, size, k in ((3, 12, 3), (8, 12, 7), (2, 13, 7)):
         net = Net((c, size, size), seed=6, name="nostem")
         path = qdq(tmp_path, net, [net.conv("x", c, 8, k, stride=2)], f"nostem{c}{k}")
         compiled, same = identical(path, net)
         assert same and ops(compiled.graph) == ["conv"]
         assert compiled.graph.nodes[0].attrs["stride"] == (2, 2)
+    kcu = get_config("kcu1500")
+    for shared in (False, True):
+        net = Net((3, 12, 12), seed=6, name="stem3")
+        outputs = [net.conv("x", 3, 8, 3, stride=2)] + (
+            [net.conv("x", 3, 4, 1, pads=[0, 0, 0, 0])] if shared else [])
+        path = qdq(tmp_path, net, outputs, f"stem3{int(shared)}")
+        compiled, same = identical(path, net, kcu)
+        strides = [n.attrs["stride"] for n in compiled.graph.nodes if n.op == "conv"]
+        assert same and strides == ([(2, 2), (1, 1)] if shared else [(1, 1)])

@@ -172,9 +172,10 @@ def coverage_net():
 
 
 def stem_net():
-    """A ResNet-style stem over 2 channels: 7×7 conv stride 2 (the compiler runs it as
-    SpaceToDepth, a one-hot 2×2 stride-2 conv, and a 4×4 stride-1 conv with pads 2 before and
-    1 after), ReLU, 3×3 max pool stride 2, then a 3×3 conv."""
+    """A ResNet-style stem over 2 channels: 7×7 conv stride 2 (the compiler runs it as a 4×4
+    stride-1 conv with pads 2 before and 1 after over the SpaceToDepth of the input, which the
+    host prologue hands over: 8 channels at 12×12), ReLU, 3×3 max pool stride 2, then a 3×3
+    conv."""
     net = Net((2, 24, 24), seed=14, name="stem")
     x = net.op("Relu", [net.conv("x", 2, 16, 7, stride=2, pads=[3, 3, 3, 3])])
     x = net.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
