@@ -7,10 +7,12 @@ raw bytes, so the lookup needs no signedness: the table already holds the output
 
 A beat carries ``lanes`` codes, all looked up in the same cycle, so every lane has its own copy
 of the table (one memory per lane; in the shared mode all copies are written together). The
-tables are loaded from the group's parameter block before the stream starts: the shared table
-one byte per cycle, the per-channel tables ``write_bytes`` lanes per cycle (the section's order
-``[C/L][256][L]``, :func:`sfnpu.layout.pack_channel_tables`, puts one code's entries for
-consecutive lanes in one bus beat).
+tables are loaded from the group's parameter block before the stream starts, ``write_bytes``
+bytes (a bus beat) per cycle: the shared table ``write_bytes`` consecutive codes at a time
+(each lane's copy holds them in one word, and the lookup selects the code's byte), the
+per-channel tables ``write_bytes`` lanes at a time (the section's order ``[C/L][256][L]``,
+:func:`sfnpu.layout.pack_channel_tables`, puts one code's entries for consecutive lanes in one
+bus beat).
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ class ActivationTable(wiring.Component):
     max_channels : int
         Per-channel mode: channels whose tables fit on chip (a multiple of ``lanes``).
     write_bytes : int
-        Per-channel mode: entries written per cycle, of consecutive lanes (a power of two
-        dividing ``lanes``; the bus width in bytes). The shared table takes one per cycle.
+        Entries written per cycle (the bus width in bytes): in the shared mode of consecutive
+        codes (a power of two up to 256), per channel of consecutive lanes (a power of two
+        dividing ``lanes``).
 
     Signature
     ---------
@@ -57,11 +60,13 @@ class ActivationTable(wiring.Component):
     channel_block : In(range(max_channels // lanes))
         Per-channel mode only: channel block of the beat on ``i_stream`` (sampled with it).
     write_addr : In(range(256)) or In(range(256 · max_channels))
-        Table entry to write: the code; per-channel, ``(block·256 + code)·lanes + lane`` of
-        the first of the ``write_bytes`` lanes — the byte offset within the parameter section,
-        so a DMA copies the section unchanged.
-    write_data : In(8) or In(8 · write_bytes)
-        Entry values (raw bytes; per-channel, byte *k* for lane ``lane + k``).
+        Table entry to write: the first of the ``write_bytes`` codes (a multiple of it);
+        per-channel, ``(block·256 + code)·lanes + lane`` of the first of the ``write_bytes``
+        lanes — the byte offset within the parameter section, so a DMA copies the section
+        unchanged.
+    write_data : In(8 · write_bytes)
+        Entry values (raw bytes; byte *k* for code ``code + k``, per-channel for lane
+        ``lane + k``).
     write_en : In(1)
         Write ``write_data`` at ``write_addr`` this cycle.
 
@@ -90,9 +95,11 @@ class ActivationTable(wiring.Component):
                                  f"(lanes), not {write_bytes}")
             self.blocks = max_channels // lanes
         else:
-            if max_channels is not None or write_bytes != 1:
-                raise ValueError("max_channels and write_bytes apply to the per-channel mode "
-                                 "only")
+            if max_channels is not None:
+                raise ValueError("max_channels applies to the per-channel mode only")
+            if write_bytes < 1 or write_bytes & (write_bytes - 1) or write_bytes > TABLE_ENTRIES:
+                raise ValueError(f"write_bytes must be a power of two up to {TABLE_ENTRIES}, "
+                                 f"not {write_bytes}")
             self.blocks = 1
         self.write_bytes = write_bytes
         self.max_channels = self.blocks * lanes
@@ -125,11 +132,16 @@ class ActivationTable(wiring.Component):
         looked_up_valid = Signal()          # the memories' read registers hold a beat
         advance = ~looked_up_valid | self.o_stream.ready
 
+        # Shared table: W codes per word of each lane's copy; the looked-up code's byte is
+        # selected behind the memory's read register.
+        code_bits = (W - 1).bit_length() if not self.per_channel else 0
         for lane in range(lanes):
-            table = Memory(shape=8, depth=TABLE_ENTRIES * blocks, init=[])
+            table = Memory(shape=8 << code_bits, depth=(TABLE_ENTRIES >> code_bits) * blocks,
+                           init=[])
             m.submodules[f"table_{lane}"] = table
             write = table.write_port()
             read = table.read_port()
+            looked_up = read.data
             if self.per_channel:
                 # The write covers lanes write_lane … write_lane + W − 1 (write_lane a
                 # multiple of W): this lane takes byte lane mod W when its group is addressed.
@@ -143,15 +155,21 @@ class ActivationTable(wiring.Component):
                     read.addr.eq(Cat(self.i_stream.payload[lane], self.channel_block)),
                 ]
             else:
+                code = self.i_stream.payload[lane]
                 m.d.comb += [
-                    write.addr.eq(self.write_addr),
+                    write.addr.eq(self.write_addr[code_bits:]),
                     write.en.eq(self.write_en),
                     write.data.eq(self.write_data),
-                    read.addr.eq(self.i_stream.payload[lane]),
+                    read.addr.eq(code[code_bits:]),
                 ]
+                if code_bits:
+                    byte = Signal(code_bits, name=f"byte_{lane}")
+                    with m.If(advance):
+                        m.d.sync += byte.eq(code[:code_bits])
+                    looked_up = read.data.word_select(byte, 8)
             m.d.comb += read.en.eq(advance)        # a stalled output keeps its looked-up value
             with m.If(self.enable):
-                m.d.comb += self.o_stream.payload[lane].eq(read.data)
+                m.d.comb += self.o_stream.payload[lane].eq(looked_up)
 
         with m.If(self.enable):
             m.d.comb += [

@@ -311,8 +311,9 @@ class GroupController(wiring.Component):
         wzp_w = wzp_mem.write_port(granularity=8 * B)
         weight_w = weight_mem.write_port(granularity=8 * B)
         post = Array(Signal(32, name=f"post_{k}") for k in range(POST_WORDS))
-        m.submodules.act = act = ResetInserter(flush)(ActivationTable(L))
-        m.submodules.act_after = act_after = ResetInserter(flush)(ActivationTable(L))
+        m.submodules.act = act = ResetInserter(flush)(ActivationTable(L, write_bytes=B))
+        m.submodules.act_after = act_after = ResetInserter(flush)(
+            ActivationTable(L, write_bytes=B))
 
         m.submodules.in_table = in_table = ResetInserter(flush)(
             ActivationTable(L, per_channel=True, max_channels=self.max_table_channels,
@@ -1049,7 +1050,6 @@ class GroupController(wiring.Component):
         in_act = ((instr.act == Activation.TABLE) & (load_pos >= act_off)
                   & (load_pos < act_off + 256))
         in_ct = has_ct & (load_pos >= ct_off) & (load_pos < post_off)
-        act_byte = Signal(range(B))
         loading_params = Signal()
         loading_weights = Signal()
         # Depthwise weight layout [C/L][kh][kw][L] → steps of G taps: (step, slot, lane chunk).
@@ -1068,8 +1068,8 @@ class GroupController(wiring.Component):
             mult_w.data.eq(Cat(*([beat] * bias_chunks))),
             wzp_w.data.eq(Cat(*([beat] * wzp_chunks))),
             weight_w.data.eq(Cat(*([beat] * (Ti * To // B)))),
-            act.write_data.eq(beat.word_select(act_byte, 8)),
-            act_after.write_data.eq(beat.word_select(act_byte, 8)),
+            act.write_data.eq(beat),
+            act_after.write_data.eq(beat),
             in_table.write_data.eq(beat),
         ]
         with m.If(loading_params & rd.valid):
@@ -1095,8 +1095,8 @@ class GroupController(wiring.Component):
                     with m.If(word0 + j < POST_WORDS):
                         m.d.sync += post[word0 + j].eq(beat_words[j])
             with m.Elif(in_act):
-                m.d.comb += [act.write_addr.eq(pos - act_off + act_byte), act.write_en.eq(1),
-                             act_after.write_addr.eq(pos - act_off + act_byte),
+                m.d.comb += [act.write_addr.eq(pos - act_off), act.write_en.eq(1),
+                             act_after.write_addr.eq(pos - act_off),
                              act_after.write_en.eq(1)]
             with m.Elif(in_ct):
                 m.d.comb += [in_table.write_addr.eq(pos - ct_off), in_table.write_en.eq(1)]
@@ -1110,12 +1110,10 @@ class GroupController(wiring.Component):
                 m.d.comb += [weight_w.addr.eq(load_pos >> _log2(Ti * To)),
                              weight_w.en.eq(one_hot(load_pos[_log2(B):_log2(Ti * To)],
                                                     Ti * To // B))]
-        # Read-data ready outside compute: the shared activation table takes one byte per
-        # cycle (every lane's copy written at once); the per-channel tables take a beat.
+        # Read data outside compute: every store takes a beat per cycle (the activation
+        # tables a bus word of entries into every lane's copy).
         with m.If(~compute):
-            m.d.comb += rd.ready.eq(~(loading_params & in_act) | (act_byte == B - 1))
-        with m.If(loading_params & rd.valid & in_act):
-            m.d.sync += act_byte.eq(Mux(act_byte == B - 1, 0, act_byte + 1))
+            m.d.comb += rd.ready.eq(1)
         with m.If(beat_fire & ~compute):
             m.d.sync += [load_pos.eq(load_pos + B), beat_index.eq(beat_index + 1)]
         with m.If(loading_weights & beat_fire & depthwise):
@@ -1470,7 +1468,7 @@ class GroupController(wiring.Component):
                 guard()
             with m.State("PARAM_CMD"):
                 read(base + instr.params.offset, param_len)
-                m.d.sync += [load_pos.eq(0), act_byte.eq(0)]
+                m.d.sync += load_pos.eq(0)
                 with m.If(cmd.ready):
                     m.next = "PARAM_DATA"
                 guard()

@@ -201,61 +201,36 @@ class CycleModel:
         """Cycles from the first to the last beat of a back-to-back read, inclusive."""
         return floor((n_beats - 1) * self.beat) + 1 if n_beats else 0
 
-    def read_transfer(self, n_beats: int, slow_beats: int = 0) -> int:
+    def read_transfer(self, n_beats: int) -> int:
         """Cycles of a control-FSM read: from the command state (the command is accepted
         there; its address follows ``issue`` cycles later) to the last beat, inclusive — the
-        next state starts in the cycle after it. ``slow_beats`` beats are taken one byte per
-        cycle (activation-table bytes)."""
-        fast = n_beats - slow_beats
-        data = self._stream(fast)
-        if slow_beats:
-            # the first slow beat is offered when the credit allows the beat after the last
-            # fast one (AxiMemory: beat k at floor(k · B/bpc)), then held a byte per cycle
-            data = floor(fast * self.beat) + slow_beats * max(self.B, ceil(self.beat))
-        return self.issue + self.latency + data
+        next state starts in the cycle after it."""
+        return self.issue + self.latency + self._stream(n_beats)
 
-    def control_read(self, address: int, length: int, slow_beats: int = 0) -> tuple[int, int]:
-        """(cycles, beats) of a control-FSM read of ``length`` bytes from byte ``address``, its
-        last ``slow_beats`` beats taken one byte per cycle (:meth:`read_transfer`). The DMA
-        issues its bursts one per cycle, burst *j* + *O* no earlier than ``REISSUE_LATENCY``
-        cycles after burst *j*'s last beat was taken, and a burst's data is due ``latency``
-        cycles after its address: when a 4 KiB boundary leaves a short burst among full ones,
-        the next address can come too late for the beats to stream on (unless the slow beats
-        hide it), and the read takes that much longer."""
+    def control_read(self, address: int, length: int) -> tuple[int, int]:
+        """(cycles, beats) of a control-FSM read of ``length`` bytes from byte ``address``
+        (:meth:`read_transfer`). The DMA issues its bursts one per cycle, burst *j* + *O* no
+        earlier than ``REISSUE_LATENCY`` cycles after burst *j*'s last beat was taken, and a
+        burst's data is due ``latency`` cycles after its address: when a 4 KiB boundary leaves
+        a short burst among full ones, the next address can come too late for the beats to
+        stream on, and the read takes that much longer."""
         n = self.beats(address, length)
-        cycles = self.read_transfer(n, slow_beats)
+        cycles = self.read_transfer(n)
         lengths = self.bursts(address, n)
         if len(lengths) <= self.outstanding or all(k == self.max_burst for k in lengths[:-1]):
             return cycles, n                         # the closed form's bursts: no gap
         beat, O = self.beat, self.outstanding
-        slow_cycles = max(self.B, ceil(beat))
-        slow_from = n - slow_beats                   # the first slow beat
         issued, done = self.issue - 1, []            # last address; bursts' last beats taken
         free = 0                                     # the credit's next beat
-        taken = beat_index = 0
+        taken = 0
         for j, k in enumerate(lengths):
             aw = issued + 1
             if j >= O:
                 aw = max(aw, ceil(done[j - O]) + self.reissue)
             issued = aw
-            due = aw + self.latency
-            fast = max(0, min(k, slow_from - beat_index))
-            if fast:
-                taken = max(due, free) + (fast - 1) * beat
-                free = taken + beat
-            if k > fast:
-                # a slow beat is taken slow_cycles after the one before it (read_transfer),
-                # and not before slow_cycles − 1 cycles after it is due
-                if beat_index + fast == 0:
-                    first = due + slow_cycles - 1
-                elif beat_index + fast == slow_from:
-                    # after a fast beat: offered once the credit allows the next beat
-                    first = floor(max(due, free)) + slow_cycles - 1
-                else:
-                    first = max(due + slow_cycles - 1, taken + slow_cycles)
-                taken = first + (k - fast - 1) * slow_cycles
+            taken = max(aw + self.latency, free) + (k - 1) * beat
+            free = taken + beat
             done.append(taken)
-            beat_index += k
         return floor(taken) + 1, n
 
     # -- the group's derived parameters ---------------------------------------------------
@@ -304,11 +279,9 @@ class CycleModel:
         chunks = self._chunks(s)
         if s.chunk_obs != s.out_blocks:                      # CHUNK: one block per cycle
             control += s.chunk_obs + 1
-        # PARAM: the activation table is written one byte per cycle (the per-channel tables
-        # a beat per cycle, like the other parameters).
-        param_len = layout.param_bytes(instr, cfg)
-        table_bytes = 256 if instr.act == Activation.TABLE else 0
-        cycles, n = self.control_read(base + instr.params.offset, param_len, table_bytes // B)
+        # PARAM: every store takes a beat per cycle (the activation tables too).
+        cycles, n = self.control_read(base + instr.params.offset,
+                                      layout.param_bytes(instr, cfg))
         control += cycles
         read += n * B
         loads_weights = not (s.identity or s.streaming or instr.weights_held)

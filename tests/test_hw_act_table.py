@@ -51,15 +51,17 @@ def shared_table(rng, kind, in_signed, out_signed) -> np.ndarray:
     return rng.integers(lo, hi + 1, 256)
 
 
-@pytest.mark.parametrize("lanes, c, h, w, in_signed, out_signed, kind", [
-    (8, 16, 5, 7, True, True, "random"),
-    (8, 8, 17, 16, False, True, "requant"),
-    (4, 10, 9, 11, True, False, "random"),      # 10 channels: a padded last block
-    (2, 2, 16, 16, False, False, "random"),
+@pytest.mark.parametrize("lanes, c, h, w, in_signed, out_signed, kind, write_bytes", [
+    (8, 16, 5, 7, True, True, "random", 1),
+    (8, 8, 17, 16, False, True, "requant", 8),
+    (4, 10, 9, 11, True, False, "random", 16),   # 10 channels: a padded last block
+    (2, 2, 16, 16, False, False, "random", 4),
 ])
-def test_shared_table(lanes, c, h, w, in_signed, out_signed, kind):
+def test_shared_table(lanes, c, h, w, in_signed, out_signed, kind, write_bytes):
+    """Every code of every lane looked up in one table, written ``write_bytes`` codes a
+    cycle (a bus beat of the parameter block)."""
     rng = np.random.default_rng(lanes * 1000 + c)
-    dut = ActivationTable(lanes)
+    dut = ActivationTable(lanes, write_bytes=write_bytes)
     table = shared_table(rng, kind, in_signed, out_signed)
     x = random_map(rng, c, h, w, in_signed)
     beats = beats_of(x, lanes)
@@ -142,7 +144,7 @@ def test_random_groups(seed):
         source = (beats, {"channel_block": [k // (h * w) for k in range(len(beats))]})
         expected = apply_table(x, tables[:c], in_signed)
     else:
-        dut = ActivationTable(lanes)
+        dut = ActivationTable(lanes, write_bytes=int(rng.choice([1, 4, 16])))
         tables = rng.integers(lo, hi + 1, 256)
         source = beats
         expected = apply_table(x, tables, in_signed)
