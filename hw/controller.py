@@ -64,15 +64,18 @@ buffer stop the run with ``UNSUPPORTED``. Shared weights: a group with ``weights
 skips the weight load, because the store still holds its weights — the last weight load was
 of the whole weights at the same DRAM offset (a detection head run over pyramid levels reads
 its weights once); anything else stops the run with ``WEIGHTS_NOT_HELD``.
-Weight prefetch: a group with ``prefetch`` set loads the next group's weights while it
-computes, so that their DRAM time hides behind its array time. At the lowest bus priority it
-reads the next instruction, sizes the weights (OB·IB·kh·kw words of a normal convolution),
-and loads them whole at the other end of the weight store from its own (the top when its own
-start at word 0, else word 0); the group ends once they are in. The store then holds them
-like a load (``held_*``, with their first word), and the next group sets ``weights_held``.
-A next group that is not a normal convolution with DRAM weights stops the run with
-``UNSUPPORTED``; weights that do not fit beside the group's own (frame-reuse chunks fill the
-store) with ``BUFFER_OVERFLOW``; ``prefetch`` on the last group is an ``ILLEGAL_FIELD``.
+Weight prefetch: weights load while the group computes, so that their DRAM time hides
+behind its array time — at the lowest bus priority, at the other end of the weight store from
+the weights computing (the top when those start at word 0, else word 0), and the chunk or group
+ends once they are in. ``double_buffer`` (frame reuse whose weights exceed the store): chunks
+of at most half the store, each next chunk loaded while the current one computes, so only the
+first waits for its weights. ``prefetch``, during the group's (last) chunk: the controller
+reads the next instruction, sizes its weights (OB·IB·kh·kw words of a normal convolution) and
+loads them whole; the store then holds them like a load (``held_*``, with their first word),
+and the next group sets ``weights_held``. A next group that is not a normal convolution with
+DRAM weights stops the run with ``UNSUPPORTED``; weights that do not fit beside the chunk's own
+(frame-reuse chunks of the whole store fill it) with ``BUFFER_OVERFLOW``; ``prefetch`` on the
+last group is an ``ILLEGAL_FIELD``.
 Decode errors: opcode ≠ GROUP → ``ILLEGAL_OPCODE``; reserved bits, undefined
 enum values, zero sizes, kernel/stride/pool window out of range, depthwise or conv NONE with
 ``in_c ≠ out_c``, an output shape that pooling and upsampling cannot give →
@@ -288,6 +291,7 @@ class GroupController(wiring.Component):
         held_depthwise = Signal()
         held_base = Signal(range(self.weight_words + 1))   # its first word in the store
         weights_base = Signal(range(self.weight_words + 1))  # the computing group's weights
+        chunk_base = Signal(range(self.weight_words + 1))    # the next double-buffered chunk
         ob_base = Signal(16)            # output-channel blocks of the current weight chunk
         ob_count = Signal(16)
         chunk_obs = Signal(16)          # blocks whose weights fit the store together
@@ -726,7 +730,9 @@ class GroupController(wiring.Component):
             ]
         with m.If(flush | start_compute):
             # Held (or prefetched) weights stay where they were loaded; loads go to word 0.
-            replay_base = Mux(instr.weights_held, held_base, 0)
+            # A double-buffered chunk after the first is where the prefetch loaded it.
+            replay_base = Mux(instr.double_buffer & (ob_base != 0), chunk_base,
+                              Mux(instr.weights_held, held_base, 0))
             m.d.sync += [weights_base.eq(replay_base),
                          w_addr.eq(replay_base), w_step.eq(0), w_ib.eq(0), w_ob.eq(0),
                          w_row.eq(0),
@@ -1131,28 +1137,36 @@ class GroupController(wiring.Component):
                     with m.Else():
                         m.d.sync += dw_slot.eq(dw_slot + 1)
 
-        # -- weight prefetch (instr.prefetch) ---------------------------------------------------
-        # In the compute phase, at the lowest bus priority: read the next instruction, size its
-        # weights (a normal convolution: OB·IB·kh·kw words), check that they fit the store
-        # beside this group's, and load them whole at the store's other end (word 0 when this
-        # group's weights are above it, else the top). The store then holds them as if the
-        # next group had loaded them (held_*), and that group sets weights_held.
+        # -- weight prefetch (instr.prefetch, instr.double_buffer) ------------------------------
+        # In the compute phase, at the lowest bus priority, the next weights load at the other
+        # end of the weight store from the ones computing (word 0 when those are above it,
+        # else the top). double_buffer: while a chunk computes, the group's next chunk
+        # (chunks of at most half the store). prefetch, during the group's last chunk: read the
+        # next instruction, size its weights (a normal convolution: OB·IB·kh·kw words), check
+        # that they fit beside this chunk's, load them whole; the store then holds them as if
+        # the next group had loaded them (held_*), and that group sets weights_held.
         PF_IDLE, PF_INSTR_CMD, PF_INSTR_DATA, PF_ALIGN, PF_BLOCKS, PF_WORDS, PF_CHECK, \
-            PF_WEIGHT_CMD, PF_WEIGHT_DATA, PF_DONE, PF_FAIL = range(11)
-        pf_state = Signal(range(11))
+            PF_CHUNK, PF_PLACE, PF_WEIGHT_CMD, PF_WEIGHT_DATA, PF_DONE, PF_FAIL = range(13)
+        pf_state = Signal(range(13))
         pf_buf = Signal(fetch_beats * B * 8)
         pf_beats = Signal(range(fetch_beats + 1))
         pf_bits = Signal(_ISA.size)
         pf_next = data.View(isa.InstructionLayout, pf_bits)
         pf_blocks = Signal(32)
         pf_words = Signal(32)
+        pf_src = Signal(aw)             # DRAM address of the weights to load
+        pf_chunk = Signal()             # they are this group's next chunk
         pf_base = Signal(range(self.weight_words + 1))
         pf_pos = Signal(24)
         pf_error = Signal(ErrorCode)
         pf_beat = data_beat & (tag == _TAG_PREFETCH)
         pf_busy = (pf_state != PF_IDLE) & (pf_state != PF_DONE) & (pf_state != PF_FAIL)
         pf_instr_addr = fetch_addr + INSTRUCTION_BYTES
-        own_words = Mux(identity | streaming, 0, weight_steps)   # this group's, in the store
+        own_words = Signal(32)          # the computing chunk's words in the store
+        block_words = ib_count * steps  # one output block's weights
+        next_ob = ob_base + ob_count
+        next_rest = out_blocks - next_ob
+        more_chunks = next_ob < out_blocks
         with m.Switch(pf_state):
             with m.Case(PF_INSTR_CMD):
                 m.d.comb += [pf_req.eq(1), pf_addr.eq(pf_instr_addr),
@@ -1183,11 +1197,19 @@ class GroupController(wiring.Component):
                 with m.Elif(own_words + pf_words > self.weight_words):
                     m.d.sync += [pf_error.eq(ErrorCode.BUFFER_OVERFLOW), pf_state.eq(PF_FAIL)]
                 with m.Else():
-                    m.d.sync += [pf_base.eq(Mux(weights_base == 0,
-                                                self.weight_words - pf_words, 0)),
-                                 pf_pos.eq(0), pf_state.eq(PF_WEIGHT_CMD)]
+                    m.d.sync += [pf_src.eq(base + pf_next.weights.offset), pf_chunk.eq(0),
+                                 pf_state.eq(PF_PLACE)]
+            with m.Case(PF_CHUNK):
+                m.d.sync += [pf_words.eq(Mux(next_rest < chunk_obs, next_rest, chunk_obs)
+                                         * block_words),
+                             pf_src.eq(base + instr.weights.offset
+                                       + ((next_ob * block_words) << _log2(Ti * To))),
+                             pf_chunk.eq(1), pf_state.eq(PF_PLACE)]
+            with m.Case(PF_PLACE):
+                m.d.sync += [pf_base.eq(Mux(weights_base == 0, self.weight_words - pf_words, 0)),
+                             pf_pos.eq(0), pf_state.eq(PF_WEIGHT_CMD)]
             with m.Case(PF_WEIGHT_CMD):
-                m.d.comb += [pf_req.eq(1), pf_addr.eq(base + pf_next.weights.offset),
+                m.d.comb += [pf_req.eq(1), pf_addr.eq(pf_src),
                              pf_len.eq(pf_words << _log2(Ti * To))]
                 with m.If(grant_prefetch):
                     m.d.sync += pf_state.eq(PF_WEIGHT_DATA)
@@ -1198,13 +1220,19 @@ class GroupController(wiring.Component):
                                                         Ti * To // B))]
                     m.d.sync += pf_pos.eq(pf_pos + B)
                     with m.If(rd.payload.last):
-                        m.d.sync += [held_valid.eq(1), held_offset.eq(pf_next.weights.offset),
-                                     held_depthwise.eq(0), held_base.eq(pf_base),
-                                     pf_state.eq(PF_DONE)]
+                        m.d.sync += pf_state.eq(PF_DONE)
+                        with m.If(pf_chunk):
+                            m.d.sync += chunk_base.eq(pf_base)
+                        with m.Else():
+                            m.d.sync += [held_valid.eq(1),
+                                         held_offset.eq(pf_next.weights.offset),
+                                         held_depthwise.eq(0), held_base.eq(pf_base)]
         with m.If(flush):
             m.d.sync += pf_state.eq(PF_IDLE)
         with m.Elif(start_compute):
-            m.d.sync += pf_state.eq(Mux(instr.prefetch, PF_INSTR_CMD, PF_IDLE))
+            m.d.sync += [pf_state.eq(Mux(instr.double_buffer & more_chunks, PF_CHUNK,
+                                         Mux(instr.prefetch, PF_INSTR_CMD, PF_IDLE))),
+                         own_words.eq(Mux(identity | streaming, 0, ob_count * block_words))]
 
         # -- header parse ---------------------------------------------------------------------
         magic_lo = int.from_bytes(image.MAGIC[:4], "little")
@@ -1457,7 +1485,8 @@ class GroupController(wiring.Component):
             with m.State("CHUNK"):
                 # Frame reuse reads every weight once: as many output-channel blocks as fit
                 # the store are computed over the whole frame, then the next ones.
-                with m.If((chunk_steps <= self.weight_words) & (chunk_obs < out_blocks)):
+                limit = Mux(instr.double_buffer, self.weight_words >> 1, self.weight_words)
+                with m.If((chunk_steps <= limit) & (chunk_obs < out_blocks)):
                     m.d.sync += [chunk_obs.eq(chunk_obs + 1),
                                  chunk_steps.eq(chunk_steps + ib_count * steps)]
                 with m.Elif(chunk_obs == 0):
@@ -1515,7 +1544,10 @@ class GroupController(wiring.Component):
                         rest = out_blocks - ob_base - ob_count
                         m.d.sync += [ob_base.eq(ob_base + ob_count),
                                      ob_count.eq(Mux(rest < chunk_obs, rest, chunk_obs))]
-                        m.next = "WEIGHT_CMD"
+                        with m.If(instr.double_buffer):
+                            m.next = "COMPUTE_START"    # the prefetch loaded it
+                        with m.Else():
+                            m.next = "WEIGHT_CMD"
                     with m.Else():
                         m.next = "GROUP_END"
                 guard()

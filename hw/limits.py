@@ -25,7 +25,7 @@ from .conv_array import depthwise_taps
 __all__ = ["StoreSizes", "GroupShape", "group_shape", "overflows", "loads_whole_weights",
            "HeldWeights", "weight_store_after", "with_held_weights", "stages_input",
            "staging_buffer", "staging_location", "store_words", "prefetch_fits",
-           "prefetch_pays"]
+           "prefetch_pays", "chunk_blocks", "double_buffer_fits"]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -193,13 +193,42 @@ def weight_store_after(held: HeldWeights | None, instr: Instruction,
     return None
 
 
+def chunk_blocks(instr: Instruction, config: HwConfig) -> int:
+    """Output-channel blocks per weight chunk, as the controller's CHUNK state counts them:
+    all of them when the store holds the whole weights, else as many as fit the store — half
+    of it with ``double_buffer`` (0: not even one block fits)."""
+    z = StoreSizes.of(config)
+    s = group_shape(instr, z)
+    if s.weight_steps <= z.weight_words or instr.reuse != Reuse.FRAME:
+        return s.out_blocks
+    limit = z.weight_words // 2 if instr.double_buffer else z.weight_words
+    return min(s.out_blocks, limit // (s.ib * s.steps))
+
+
+def double_buffer_fits(instr: Instruction, config: HwConfig) -> bool:
+    """Whether ``double_buffer`` on ``instr`` takes its weights in chunks of half the store:
+    a frame-reuse normal convolution whose weights exceed the store, one output block of
+    which fits half of it."""
+    if instr.conv != ConvKind.NORMAL or instr.reuse != Reuse.FRAME \
+            or loads_whole_weights(instr, config):
+        return False
+    z = StoreSizes.of(config)
+    s = group_shape(instr, z)
+    return s.ib * s.steps <= z.weight_words // 2
+
+
 def store_words(instr: Instruction, config: HwConfig) -> int:
-    """Weight-store words the group's own weights occupy while it computes: none for conv
-    NONE (unit weights) or weights streamed from DRAM, else its weight steps (more than the
-    store when frame reuse takes them in output-channel chunks)."""
+    """Weight-store words the group's own weights occupy while its last chunk computes: none
+    for conv NONE (unit weights) or weights streamed from DRAM, else its weight steps — of
+    the last chunk when ``double_buffer`` takes them in chunks, more than the store when
+    frame reuse takes them in chunks of the whole store."""
     if instr.conv == ConvKind.NONE or streams_weights(instr, config):
         return 0
-    return group_shape(instr, StoreSizes.of(config)).weight_steps
+    s = group_shape(instr, StoreSizes.of(config))
+    if instr.double_buffer and double_buffer_fits(instr, config):
+        per = chunk_blocks(instr, config)
+        return ((s.out_blocks - 1) % per + 1) * s.ib * s.steps
+    return s.weight_steps
 
 
 def prefetch_fits(instr: Instruction, nxt: Instruction, config: HwConfig) -> bool:
@@ -215,7 +244,8 @@ def prefetch_fits(instr: Instruction, nxt: Instruction, config: HwConfig) -> boo
 def prefetch_pays(instr: Instruction, config: HwConfig) -> bool:
     """Whether the compiler lets ``instr`` prefetch: its compute phase has the DRAM bus to
     itself (every feature-map operand on chip, no streamed weights), so the next group's
-    weights arrive behind its computation instead of delaying its reads and writes."""
+    weights arrive behind its computation instead of delaying its reads and writes. The same
+    rule decides ``double_buffer``."""
     operands = [instr.input, instr.output]
     if instr.eltwise != Eltwise.NONE:
         operands.append(instr.shortcut)
@@ -230,9 +260,14 @@ def with_held_weights(instructions: Sequence[Instruction],
     detection head over pyramid levels) read it from DRAM once, and a group whose predecessor
     can load its weights during its own compute phase (:func:`prefetch_pays`,
     :func:`prefetch_fits`) finds them there. Either way the store then holds the group's
-    weights, as if it had loaded them."""
+    weights, as if it had loaded them. ``double_buffer`` is set where frame reuse takes the
+    weights in chunks and the compute phase has the bus to itself
+    (:func:`double_buffer_fits`), so each next chunk loads behind the current one."""
     out, held = [], None
     for k, instr in enumerate(instructions):
+        double = prefetch_pays(instr, config) and double_buffer_fits(instr, config)
+        if bool(instr.double_buffer) != double:
+            instr = instr.replace(double_buffer=int(double))
         prefetched = k > 0 and bool(out[-1].prefetch)
         keep = prefetched or (instr.conv != ConvKind.NONE and held == HeldWeights.of(instr)
                               and loads_whole_weights(instr, config))

@@ -147,7 +147,8 @@ class InstructionLayout(data.Struct):
     pool_stride: 2
     pool_pad: 2
     pool_count_pad: 1
-    reserved_w1: 3
+    double_buffer: 1
+    reserved_w1: 2
     # word 2: input shape and zero point
     in_h: 12
     in_w: 12
@@ -200,6 +201,9 @@ FIELD_DOCS = {
     "prefetch": "1: while this group computes, the controller reads the next instruction and "
                 "loads the next group's weights (a normal convolution's, whole) into the part of "
                 "the weight store this group does not use; the next group sets weights_held",
+    "double_buffer": "1: frame reuse takes the weights in output-channel chunks of at most half "
+                     "the weight store and loads each next chunk while the current one computes "
+                     "(a group whose weights the store holds whole has one chunk)",
     "kh": "kernel height 1..7",
     "kw": "kernel width 1..7",
     "sh": "vertical stride 1..2",
@@ -511,6 +515,8 @@ def validate(instr: Instruction) -> None:
         _require_zero(i, ("weights_held",), "when conv is NONE (no weights)")
     if i.last:
         _require_zero(i, ("prefetch",), "on the last group (no next group to prefetch for)")
+    if i.conv != ConvKind.NORMAL or i.reuse != Reuse.FRAME:
+        _require_zero(i, ("double_buffer",), "except for a normal convolution in frame reuse")
     if i.conv != ConvKind.NORMAL:
         _require(i.in_c == i.out_c, "out_c", i.out_c,
                  f"{i.conv.name} convolution keeps the channel count (in_c={i.in_c})")

@@ -62,7 +62,8 @@ from typing import Sequence
 from sfnpu import image, isa, layout
 from sfnpu.config import ROW_BUFFER_ROWS, HwConfig
 from sfnpu.hw.axi import BOUNDARY_BYTES
-from sfnpu.hw.limits import (StoreSizes, group_shape, stages_input, staging_location,
+from sfnpu.hw.limits import (StoreSizes, chunk_blocks, group_shape, stages_input,
+                             staging_location,
                              streams_weights)
 from sfnpu.isa import (Activation, ActOrder, Eltwise, InputTransform, Instruction, MemSpace,
                        Pool, Reuse)
@@ -237,14 +238,9 @@ class CycleModel:
 
     def shape(self, instr: Instruction) -> _Shape:
         g = group_shape(instr, self.sizes)
-        too_big = g.weight_steps > self.weight_words
-        frame = instr.reuse == Reuse.FRAME
-        chunk_obs = g.out_blocks
-        if too_big and frame:
-            chunk_obs = min(g.out_blocks, self.weight_words // (g.ib * g.steps))
         return _Shape(g.depthwise, g.identity, g.in_blocks, g.out_blocks, g.ib, g.conv_h,
                       g.conv_w, g.steps, g.taps, g.row_words, g.places,
-                      streams_weights(instr, self.config), chunk_obs)
+                      streams_weights(instr, self.config), chunk_blocks(instr, self.config))
 
     def _chunks(self, s: _Shape) -> list[int]:
         full, rest = divmod(s.out_blocks, s.chunk_obs)
@@ -292,17 +288,24 @@ class CycleModel:
         later = instr.replace(input=staging_location(instr)) if stages_input(instr, cfg) \
             else instr
         ob_base = 0
+        block_bytes = s.ib * s.steps * cfg.ti * cfg.to
         for k, obs in enumerate(chunks):
-            if loads_weights:
+            if loads_weights and not (k and instr.double_buffer):
                 # WEIGHT_CMD: the chunk's blocks, from block ob_base on
-                block_bytes = s.ib * s.steps * cfg.ti * cfg.to
                 w_len = s.in_blocks * s.taps * L if s.depthwise else obs * block_bytes
                 cycles, n = self.control_read(
                     base + instr.weights.offset + ob_base * block_bytes, w_len)
                 control += cycles
                 read += n * B
             cycles, r, w, bound = self._compute(later if k else instr, s, obs, ob_base, base)
-            if instr.prefetch:
+            if instr.double_buffer and k + 1 < len(chunks):
+                # the next chunk loads behind this one: CHUNK, PLACE, then its read
+                load, n = self.control_read(
+                    base + instr.weights.offset + (ob_base + obs) * block_bytes,
+                    chunks[k + 1] * block_bytes)
+                cycles = max(cycles, 2 + load + 1)
+                r += n * B
+            elif instr.prefetch and k + 1 == len(chunks):
                 prefetch, n = self._prefetch(next_instr, base + fetch_address + isa.WORDS * 4,
                                              base)
                 cycles = max(cycles, prefetch)
@@ -319,7 +322,8 @@ class CycleModel:
     def _prefetch(self, nxt: Instruction | None, address: int, base: int) -> tuple[int, int]:
         """(cycles, read bytes) of a ``prefetch``: from the first cycle of COMPUTE to the one in
         which the controller's prefetch is done — the next instruction's read (``address``),
-        ALIGN, BLOCKS, WORDS and CHECK, and the read of its weights, each read issued at once.
+        ALIGN, BLOCKS, WORDS, CHECK and PLACE, and the read of its weights, each read issued at
+        once.
         The compiler sets ``prefetch`` only where the compute phase has the bus to itself
         (:func:`sfnpu.hw.limits.prefetch_pays`), so the reads are the control FSM's."""
         if nxt is None:
@@ -328,7 +332,7 @@ class CycleModel:
         cycles, n = self.control_read(address, isa.WORDS * 4)
         words = group_shape(nxt, self.sizes).weight_steps
         w_cycles, w_n = self.control_read(base + nxt.weights.offset, words * cfg.ti * cfg.to)
-        return cycles + 4 + w_cycles + 1, (n + w_n) * self.B
+        return cycles + 5 + w_cycles + 1, (n + w_n) * self.B
 
     # -- the compute phase ------------------------------------------------------------------
 

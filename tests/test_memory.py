@@ -21,7 +21,7 @@ from sfnpu.compiler.memory import (WEIGHT_READS, AllocationError, Budget, Policy
 from sfnpu.compiler.pipeline import compile_model, run_onnxruntime
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
-from sfnpu.hw.limits import with_held_weights
+from sfnpu.hw.limits import chunk_blocks, store_words, with_held_weights
 from sfnpu.isa import MemSpace, Reuse
 from sfnpu.sim.golden import GoldenModel
 from netbuild import Net
@@ -515,6 +515,31 @@ def test_prefetch_where_the_bus_is_free_and_the_store_has_room(small):
     assert flags(on_chip, chunked) == ([0, 0], [0, 0])
     assert flags(on_chip, depthwise) == ([0, 0], [0, 0])
     assert flags(on_chip.replace(last=1), other) == ([0, 0], [0, 0])
+
+
+def test_double_buffer_where_frame_chunks_have_the_bus(small):
+    """``double_buffer`` is set on a frame-reuse convolution whose weights take chunks, one
+    output block of which fits half the store, where its compute phase has the bus to itself;
+    its chunks are then half the store, and the last one leaves room for the next group's
+    weights (``prefetch``)."""
+    compiled, _ = small
+    a = compiled.program.instructions[1]              # 16 → 16, 3×3: 36 of tiny's 1024 words
+    on_chip = dict(reuse=Reuse.FRAME, input=isa.buffer(0), output=isa.buffer(1))
+    big = a.replace(in_c=128, out_c=128, weights=isa.dram(1 << 20), **on_chip)  # 2304 words
+    after = a.replace(**on_chip)
+    out = with_held_weights([big, after], TINY)
+    assert [i.double_buffer for i in out] == [1, 0]
+    assert chunk_blocks(out[0], TINY) == 3 and chunk_blocks(big, TINY) == 7   # 432 of 1024
+    assert store_words(out[0], TINY) == 144 * (16 % 3)      # the last chunk: one block
+    assert [i.prefetch for i in out] == [1, 0] and out[1].weights_held
+    in_dram = with_held_weights([big.replace(output=isa.dram(0)), after], TINY)
+    assert [i.double_buffer for i in in_dram] == [0, 0]
+    fits = with_held_weights([a.replace(**on_chip), after], TINY)     # one chunk: nothing to do
+    assert [i.double_buffer for i in fits] == [0, 0]
+    too_wide = big.replace(in_c=512)                  # one block: 64·9 = 576 > 512 words
+    assert not with_held_weights([too_wide, after], TINY)[0].double_buffer
+    with pytest.raises(isa.InstructionError, match="double_buffer"):
+        isa.validate(a.replace(double_buffer=1))      # row reuse
 
 
 def test_checker_catches_a_prefetch_that_does_not_fit(small):

@@ -105,6 +105,16 @@ def wide_net():
     return net, [net.conv(x, 128, 64, 3)]
 
 
+def chunked_net():
+    """A 3×3 convolution with 128 → 128 channels (144 KiB of weights) between two 1×1 ones: in
+    frame reuse with its maps on chip it takes its weights in double-buffered chunks of three
+    output blocks (half of a 1024-word store), each loaded while the one before computes."""
+    net = Net((16, 4, 5), seed=15, name="chunked")
+    x = net.op("Relu", [net.conv("x", 16, 128, 1, pads=[0, 0, 0, 0])])
+    x = net.op("Relu", [net.conv(x, 128, 128, 3)])
+    return net, [net.conv(x, 128, 8, 1, pads=[0, 0, 0, 0])]
+
+
 def residual_net():
     """ResNet basic block: the second convolution's output plus the shortcut (QLinearAdd), then
     ReLU; a pre-activation BN → ReLU behind the add becomes the next convolution's input
@@ -240,8 +250,10 @@ def pre_activations(model):
 #: also run under the all-frame policy with their buffers renamed; tb/coverage.py measures
 #: exactly these programs (:func:`regression_programs`).
 REGRESSION = (conv_stack, table_net, concat_net, preact_net, wide_net, residual_net, se_net,
-              pool_up_net, avg_pool_net, coverage_net, dense_block, shared_head_net, stem_net)
-FRAME_REGRESSION = (residual_net, se_net, conv_stack, wide_net, shared_head_net, stem_net)
+              pool_up_net, avg_pool_net, coverage_net, dense_block, shared_head_net, stem_net,
+              chunked_net)
+FRAME_REGRESSION = (residual_net, se_net, conv_stack, wide_net, shared_head_net, stem_net,
+                    chunked_net)
 
 
 def clamped(program):
@@ -316,6 +328,7 @@ def run_and_compare(harness, blob):
     (coverage_net, {ConvKind.NORMAL}),
     (shared_head_net, {ConvKind.NORMAL}),
     (stem_net, {ConvKind.NORMAL}),
+    (chunked_net, {ConvKind.NORMAL}),
 ])
 def test_image_matches_golden(harness, tmp_path, build, kinds):
     net, outputs = build()
