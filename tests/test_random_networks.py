@@ -4,7 +4,8 @@ and against the cycle model (DRAM bytes per group exactly, cycles within its tol
 Hypothesis draws small CNNs — a chain of convolutions (1×1/3×3/5×5, stride 1 or 2, normal or
 depthwise), activations (Relu, HardSwish, Sigmoid), max/average pools, residual adds and 2×
 upsamples, and "twins" (one weight tensor applied twice in a row, which the second group
-finds in the weight store: ``weights_held``) — as a plain tuple (:func:`networks`), so a failing example shrinks to a minimal
+finds in the weight store: ``weights_held``), each run as compiled and in the all-frame
+policy (maps on chip, weights prefetched) — as a plain tuple (:func:`networks`), so a failing example shrinks to a minimal
 network whose tuple goes into :data:`EXAMPLES`, rerun on every test. ``make test`` draws a few
 networks on ``tiny``; ``make regress`` (SFNPU_REGRESS=1) many on both configurations.
 """
@@ -18,7 +19,8 @@ from hypothesis import strategies as st
 
 from netbuild import Net
 from sfnpu.compiler.importer import ModelError
-from test_system import compiled_image, run_and_compare, system_harness
+from sfnpu.compiler.memory import AllocationError
+from test_system import compiled_image, frame_program, run_and_compare, system_harness
 
 REGRESS = bool(os.environ.get("SFNPU_REGRESS"))
 CONFIGS = ("tiny", "ecp5") if REGRESS else ("tiny",)
@@ -112,16 +114,23 @@ def build(spec):
 
 
 def check(spec, config_name, tmp_path, refused=None):
+    """The compiled program, then the memory optimizer's all-frame policy where its maps fit
+    the buffers (maps on chip: groups prefetch the next group's weights)."""
     harness = system_harness(config_name)
     net, outputs = build(spec)
     try:
-        _, blob = compiled_image(tmp_path, net, outputs, harness.config)
+        compiled, blob = compiled_image(tmp_path, net, outputs, harness.config)
     except ModelError:
         if refused is None:
             raise
         refused()                             # a clear refusal is not what is tested here
         return
     run_and_compare(harness, blob)            # golden model and cycle model
+    try:
+        frame = frame_program(compiled)
+    except AllocationError:
+        return
+    run_and_compare(harness, frame.pack(compiled.quantise_inputs({"x": net.samples(1)})))
 
 
 @pytest.mark.parametrize("config_name", CONFIGS)
