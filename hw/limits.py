@@ -326,9 +326,13 @@ def overflows(instr: Instruction, config: HwConfig, *, buffers: bool = True) -> 
           f"the depthwise weights take {s.weight_steps} words; the weight store holds "
           f"{z.weight_words}")
     if instr.reuse == Reuse.FRAME and not s.depthwise:
-        check(s.ib * s.steps > z.weight_words,
+        # double_buffer takes chunks of half the store when the weights exceed it
+        half = bool(instr.double_buffer) and s.weight_steps > z.weight_words
+        store = z.weight_words // 2 if half else z.weight_words
+        check(s.ib * s.steps > store,
               f"one output block's weights take {s.ib * s.steps} words; frame reuse needs "
-              f"them in the weight store ({z.weight_words})")
+              f"them in the weight store ({store}" + (", half of it with double_buffer)"
+                                                       if half else ")"))
     size = z.buffer_words * L
     operands = [("input", instr.input, s.in_blocks * instr.in_h * instr.in_w * L),
                 ("output", instr.output, (instr.out_c_offset // L + s.out_blocks)

@@ -243,6 +243,10 @@ class CycleModel:
                       streams_weights(instr, self.config), chunk_blocks(instr, self.config))
 
     def _chunks(self, s: _Shape) -> list[int]:
+        if not s.chunk_obs:
+            raise ValueError("one output block's weights do not fit the weight store (or half "
+                             "of it with double_buffer): the controller stops the group with "
+                             "BUFFER_OVERFLOW (sfnpu.hw.limits.overflows)")
         full, rest = divmod(s.out_blocks, s.chunk_obs)
         return [s.chunk_obs] * full + ([rest] if rest else [])
 

@@ -21,8 +21,9 @@ from sfnpu.compiler.memory import (WEIGHT_READS, AllocationError, Budget, Policy
 from sfnpu.compiler.pipeline import compile_model, run_onnxruntime
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
-from sfnpu.hw.limits import chunk_blocks, store_words, with_held_weights
+from sfnpu.hw.limits import chunk_blocks, overflows, store_words, with_held_weights
 from sfnpu.isa import MemSpace, Reuse
+from sfnpu.sim.cycle import CycleModel
 from sfnpu.sim.golden import GoldenModel
 from netbuild import Net
 
@@ -538,6 +539,14 @@ def test_double_buffer_where_frame_chunks_have_the_bus(small):
     assert [i.double_buffer for i in fits] == [0, 0]
     too_wide = big.replace(in_c=512)                  # one block: 64·9 = 576 > 512 words
     assert not with_held_weights([too_wide, after], TINY)[0].double_buffer
+    # Set by hand, the controller would stop it: the compiler's store check says so.
+    plain = overflows(too_wide, TINY, buffers=False)
+    hand = overflows(too_wide.replace(double_buffer=1), TINY, buffers=False)
+    assert [p for p in hand if p not in plain] == [
+        "one output block's weights take 576 words; frame reuse needs them in the weight "
+        "store (512, half of it with double_buffer)"]
+    with pytest.raises(ValueError, match="BUFFER_OVERFLOW"):
+        CycleModel(TINY).group(too_wide.replace(double_buffer=1))
     with pytest.raises(isa.InstructionError, match="double_buffer"):
         isa.validate(a.replace(double_buffer=1))      # row reuse
 
