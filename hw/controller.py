@@ -256,6 +256,16 @@ class GroupController(wiring.Component):
         error_code = Signal(ErrorCode)
         error_addr = Signal(64)
 
+        def shifted_in(buf):
+            """An instruction buffer with the bus beat shifted in at the top."""
+            return Cat(buf[8 * B:], beat)
+
+        def aligned_instruction(buf, beats, address):
+            """The instruction at byte ``address`` from ``buf`` after ``beats`` beats of its
+            read (the first beat holds it from the address's byte in the bus word on)."""
+            offset = (((fetch_beats - beats) * B + address[:_log2(B)]) * 8).as_unsigned()
+            return buf.bit_select(offset, _ISA.size)
+
         # Command from the control FSM (header, table, fetch, params, weights).
         fsm_cmd = Signal(dma.cmd.payload.shape())
         fsm_cmd_valid = Signal()
@@ -302,6 +312,7 @@ class GroupController(wiring.Component):
 
         kh, kw = instr.kh, instr.kw
         m.d.comb += taps.eq(kh * kw)
+        block_words = ib_count * steps  # one output block's weights (normal: IB·P words)
 
         # -- stores --------------------------------------------------------------------------
         cb_max = self.max_channels // To
@@ -1067,6 +1078,12 @@ class GroupController(wiring.Component):
         def one_hot(index, count):
             return Const(1, count) << index
 
+        def write_weight_beat(first_word, pos):
+            """The bus beat at byte ``pos`` of weights loaded from store word ``first_word``
+            (the normal-convolution layout: words of Ti·To bytes, in order)."""
+            m.d.comb += [weight_w.addr.eq(first_word + (pos >> _log2(Ti * To))),
+                         weight_w.en.eq(one_hot(pos[_log2(B):_log2(Ti * To)], Ti * To // B))]
+
         bias_chunks = 4 * To // B
         wzp_chunks = To // B
         m.d.comb += [
@@ -1113,9 +1130,7 @@ class GroupController(wiring.Component):
                 m.d.comb += [weight_w.addr.eq(dw_step),
                              weight_w.en.eq(one_hot(byte >> _log2(B), Ti * To // B))]
             with m.Else():
-                m.d.comb += [weight_w.addr.eq(load_pos >> _log2(Ti * To)),
-                             weight_w.en.eq(one_hot(load_pos[_log2(B):_log2(Ti * To)],
-                                                    Ti * To // B))]
+                write_weight_beat(0, load_pos)
         # Read data outside compute: every store takes a beat per cycle (the activation
         # tables a bus word of entries into every lane's copy).
         with m.If(~compute):
@@ -1163,9 +1178,9 @@ class GroupController(wiring.Component):
         pf_busy = (pf_state != PF_IDLE) & (pf_state != PF_DONE) & (pf_state != PF_FAIL)
         pf_instr_addr = fetch_addr + INSTRUCTION_BYTES
         own_words = Signal(32)          # the computing chunk's words in the store
-        block_words = ib_count * steps  # one output block's weights
         next_ob = ob_base + ob_count
         next_rest = out_blocks - next_ob
+        next_obs = Mux(next_rest < chunk_obs, next_rest, chunk_obs)   # the next chunk's blocks
         more_chunks = next_ob < out_blocks
         with m.Switch(pf_state):
             with m.Case(PF_INSTR_CMD):
@@ -1175,13 +1190,11 @@ class GroupController(wiring.Component):
                     m.d.sync += [pf_state.eq(PF_INSTR_DATA), pf_beats.eq(0)]
             with m.Case(PF_INSTR_DATA):
                 with m.If(pf_beat):
-                    m.d.sync += [pf_buf.eq(Cat(pf_buf[8 * B:], beat)), pf_beats.eq(pf_beats + 1)]
+                    m.d.sync += [pf_buf.eq(shifted_in(pf_buf)), pf_beats.eq(pf_beats + 1)]
                     with m.If(rd.payload.last):
                         m.d.sync += pf_state.eq(PF_ALIGN)
             with m.Case(PF_ALIGN):
-                skip = pf_instr_addr[:_log2(B)]
-                offset = (((fetch_beats - pf_beats) * B + skip) * 8).as_unsigned()
-                m.d.sync += [pf_bits.eq(pf_buf.bit_select(offset, _ISA.size)),
+                m.d.sync += [pf_bits.eq(aligned_instruction(pf_buf, pf_beats, pf_instr_addr)),
                              pf_state.eq(PF_BLOCKS)]
             with m.Case(PF_BLOCKS):
                 m.d.sync += [pf_blocks.eq(((pf_next.out_c + To - 1) >> _log2(To))
@@ -1200,8 +1213,7 @@ class GroupController(wiring.Component):
                     m.d.sync += [pf_src.eq(base + pf_next.weights.offset), pf_chunk.eq(0),
                                  pf_state.eq(PF_PLACE)]
             with m.Case(PF_CHUNK):
-                m.d.sync += [pf_words.eq(Mux(next_rest < chunk_obs, next_rest, chunk_obs)
-                                         * block_words),
+                m.d.sync += [pf_words.eq(next_obs * block_words),
                              pf_src.eq(base + instr.weights.offset
                                        + ((next_ob * block_words) << _log2(Ti * To))),
                              pf_chunk.eq(1), pf_state.eq(PF_PLACE)]
@@ -1215,9 +1227,7 @@ class GroupController(wiring.Component):
                     m.d.sync += pf_state.eq(PF_WEIGHT_DATA)
             with m.Case(PF_WEIGHT_DATA):
                 with m.If(pf_beat):
-                    m.d.comb += [weight_w.addr.eq(pf_base + (pf_pos >> _log2(Ti * To))),
-                                 weight_w.en.eq(one_hot(pf_pos[_log2(B):_log2(Ti * To)],
-                                                        Ti * To // B))]
+                    write_weight_beat(pf_base, pf_pos)
                     m.d.sync += pf_pos.eq(pf_pos + B)
                     with m.If(rd.payload.last):
                         m.d.sync += pf_state.eq(PF_DONE)
@@ -1266,7 +1276,7 @@ class GroupController(wiring.Component):
             m.d.sync += [entry_is_instr.eq(flag), table_word.eq(table_word + wpb)]
 
         def shift_in_instruction():
-            m.d.sync += fetch_buf.eq(Cat(fetch_buf[8 * B:], beat))
+            m.d.sync += fetch_buf.eq(shifted_in(fetch_buf))
 
         # -- decode checks ----------------------------------------------------------------------
         reserved = instr.reserved_w0.any() | instr.reserved_w1.any()
@@ -1359,9 +1369,7 @@ class GroupController(wiring.Component):
                 guard()
             transfer("FETCH", fetch_addr, INSTRUCTION_BYTES, shift_in_instruction, "FETCH_ALIGN")
             with m.State("FETCH_ALIGN"):
-                skip = fetch_addr[:_log2(B)]         # the instruction's byte in its first beat
-                offset = (((fetch_beats - beat_index) * B + skip) * 8).as_unsigned()
-                m.d.sync += instr_bits.eq(fetch_buf.bit_select(offset, _ISA.size))
+                m.d.sync += instr_bits.eq(aligned_instruction(fetch_buf, beat_index, fetch_addr))
                 m.next = "DECODE"
                 guard()
             with m.State("DECODE"):
@@ -1454,7 +1462,7 @@ class GroupController(wiring.Component):
                     m.d.sync += [streaming.eq(too_big & ~frame), staged.eq(stage),
                                  ob_base.eq(0), ob_count.eq(out_blocks),
                                  chunk_obs.eq(Mux(too_big & frame, 0, out_blocks)),
-                                 chunk_steps.eq(ib_count * steps)]
+                                 chunk_steps.eq(block_words)]
                     size = self.buffer_words << _log2(L)
                     in_end = instr.input.offset + in_blocks * in_plane
                     out_end = instr.output.offset + (out_block0 + out_blocks) * out_plane
@@ -1488,7 +1496,7 @@ class GroupController(wiring.Component):
                 limit = Mux(instr.double_buffer, self.weight_words >> 1, self.weight_words)
                 with m.If((chunk_steps <= limit) & (chunk_obs < out_blocks)):
                     m.d.sync += [chunk_obs.eq(chunk_obs + 1),
-                                 chunk_steps.eq(chunk_steps + ib_count * steps)]
+                                 chunk_steps.eq(chunk_steps + block_words)]
                 with m.Elif(chunk_obs == 0):
                     fail(ErrorCode.BUFFER_OVERFLOW)     # one block's weights do not fit
                 with m.Else():
@@ -1511,10 +1519,9 @@ class GroupController(wiring.Component):
                 guard()
             with m.State("WEIGHT_CMD"):
                 # Depthwise weights are a multiple of the bus width; normal ones too.
-                block_steps = ib_count * steps
-                read(base + instr.weights.offset + ((ob_base * block_steps) << _log2(Ti * To)),
+                read(base + instr.weights.offset + ((ob_base * block_words) << _log2(Ti * To)),
                      Mux(depthwise, in_blocks * taps * L,
-                         (ob_count * block_steps) << _log2(Ti * To)))
+                         (ob_count * block_words) << _log2(Ti * To)))
                 m.d.sync += [load_pos.eq(0), dw_step.eq(0), dw_slot.eq(0), dw_tap.eq(0),
                              dw_chunk.eq(0)]
                 with m.If(cmd.ready):
@@ -1539,11 +1546,9 @@ class GroupController(wiring.Component):
                 with m.If(pf_state == PF_FAIL):
                     fail(pf_error)
                 with m.Elif(compute_done & ~pf_busy):
-                    with m.If(ob_base + ob_count < out_blocks):
+                    with m.If(more_chunks):
                         # Next chunk of output-channel blocks (frame reuse).
-                        rest = out_blocks - ob_base - ob_count
-                        m.d.sync += [ob_base.eq(ob_base + ob_count),
-                                     ob_count.eq(Mux(rest < chunk_obs, rest, chunk_obs))]
+                        m.d.sync += [ob_base.eq(next_ob), ob_count.eq(next_obs)]
                         with m.If(instr.double_buffer):
                             m.next = "COMPUTE_START"    # the prefetch loaded it
                         with m.Else():

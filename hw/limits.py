@@ -201,8 +201,14 @@ def chunk_blocks(instr: Instruction, config: HwConfig) -> int:
     s = group_shape(instr, z)
     if s.weight_steps <= z.weight_words or instr.reuse != Reuse.FRAME:
         return s.out_blocks
-    limit = z.weight_words // 2 if instr.double_buffer else z.weight_words
-    return min(s.out_blocks, limit // (s.ib * s.steps))
+    return min(s.out_blocks, _chunk_words(instr, s, z) // (s.ib * s.steps))
+
+
+def _chunk_words(instr: Instruction, s: GroupShape, z: StoreSizes) -> int:
+    """Store words one weight chunk may take: half the store with ``double_buffer`` when the
+    weights exceed it (the controller's CHUNK state), else the whole store."""
+    half = bool(instr.double_buffer) and s.weight_steps > z.weight_words
+    return z.weight_words // 2 if half else z.weight_words
 
 
 def double_buffer_fits(instr: Instruction, config: HwConfig) -> bool:
@@ -326,13 +332,11 @@ def overflows(instr: Instruction, config: HwConfig, *, buffers: bool = True) -> 
           f"the depthwise weights take {s.weight_steps} words; the weight store holds "
           f"{z.weight_words}")
     if instr.reuse == Reuse.FRAME and not s.depthwise:
-        # double_buffer takes chunks of half the store when the weights exceed it
-        half = bool(instr.double_buffer) and s.weight_steps > z.weight_words
-        store = z.weight_words // 2 if half else z.weight_words
+        store = _chunk_words(instr, s, z)
         check(s.ib * s.steps > store,
               f"one output block's weights take {s.ib * s.steps} words; frame reuse needs "
               f"them in the weight store ({store}" + (", half of it with double_buffer)"
-                                                       if half else ")"))
+                                                       if store < z.weight_words else ")"))
     size = z.buffer_words * L
     operands = [("input", instr.input, s.in_blocks * instr.in_h * instr.in_w * L),
                 ("output", instr.output, (instr.out_c_offset // L + s.out_blocks)

@@ -293,20 +293,20 @@ class CycleModel:
             else instr
         ob_base = 0
         block_bytes = s.ib * s.steps * cfg.ti * cfg.to
+
+        def chunk_read(first: int, blocks: int) -> tuple[int, int]:
+            """(cycles, beats) of the weights of ``blocks`` output blocks from ``first`` on."""
+            length = s.in_blocks * s.taps * L if s.depthwise else blocks * block_bytes
+            return self.control_read(base + instr.weights.offset + first * block_bytes, length)
         for k, obs in enumerate(chunks):
             if loads_weights and not (k and instr.double_buffer):
-                # WEIGHT_CMD: the chunk's blocks, from block ob_base on
-                w_len = s.in_blocks * s.taps * L if s.depthwise else obs * block_bytes
-                cycles, n = self.control_read(
-                    base + instr.weights.offset + ob_base * block_bytes, w_len)
+                cycles, n = chunk_read(ob_base, obs)           # WEIGHT_CMD
                 control += cycles
                 read += n * B
             cycles, r, w, bound = self._compute(later if k else instr, s, obs, ob_base, base)
             if instr.double_buffer and k + 1 < len(chunks):
                 # the next chunk loads behind this one: CHUNK, PLACE, then its read
-                load, n = self.control_read(
-                    base + instr.weights.offset + (ob_base + obs) * block_bytes,
-                    chunks[k + 1] * block_bytes)
+                load, n = chunk_read(ob_base + obs, chunks[k + 1])
                 cycles = max(cycles, 2 + load + 1)
                 r += n * B
             elif instr.prefetch and k + 1 == len(chunks):
