@@ -583,8 +583,8 @@ class CycleModel:
                                last_segment if c == per_block - 1 else chunk * L)
             return readies
 
-        def upsample_row(post, last):
-            """The upsampler on a pooled row whose last word arrives at ``last``, the
+        def upsample_row(post, arrivals):
+            """The upsampler on a pooled row whose words arrive at ``arrivals[ob][px]``, the
             previous row's replay having ended at ``post`` (hw.upsample): the first copy
             leaves as the words arrive, each pixel twice in two cycles (the input is taken
             on the second copy), then the replay, a beat per cycle. Returns the replay's
@@ -592,13 +592,9 @@ class CycleModel:
             + ``latency``: a block's first-copy chunks wait for its own results."""
             out_w = 2 * pooled_w
             first_pass = []                          # each block's beats
-            for ob in range(obs):
+            for block in arrivals:
                 beats = []
-                for px in range(pooled_w):
-                    # a pooled word follows its window's last column's result
-                    x = min(px * pool_stride - pool_pad + pool_size, s.conv_w) - 1
-                    arrived = last - (obs - 1 - ob) * block_cycles \
-                        - (s.conv_w - 1 - x) * pixel_step
+                for arrived in block:
                     copy = max(arrived, post + 1)
                     beats += [copy, copy + 1]
                     post = copy + 1
@@ -614,6 +610,15 @@ class CycleModel:
                         readies.append(beat + latency)
             return post, readies
 
+        def pooled_arrivals(last):
+            """When each word of a pooled row whose last conv result is out at ``last``
+            reaches the upsampler: a pooled word follows its window's last column's result,
+            a block's in its last pass."""
+            return [[last - (obs - 1 - ob) * block_cycles - (s.conv_w - 1 - x) * pixel_step
+                     for x in (min(px * pool_stride - pool_pad + pool_size, s.conv_w) - 1
+                               for px in range(pooled_w))]
+                    for ob in range(obs)]
+
         pool_size, pool_stride, pool_pad = (instr.pool_size, instr.pool_stride,
                                             instr.pool_pad) if instr.pool == Pool.MAX \
             else (1, 1, 0)
@@ -625,9 +630,16 @@ class CycleModel:
             the post chain and command their writes."""
             py, post, last_write = post_state
             if avg is not None:
-                for done, span in avg.advance(computed, results):
-                    last_write = write_row(done, span, last_write)
-                post_state[2] = last_write
+                for done, span, words in avg.advance(computed, results):
+                    if instr.upsample:
+                        # the pool's words leave it ``latency`` before the write buffer
+                        post, readies = upsample_row(post, [
+                            [w - latency for w in words[ob * pooled_w:(ob + 1) * pooled_w]]
+                            for ob in range(obs)])
+                        last_write = write_row(post + latency, span, last_write, readies)
+                    else:
+                        last_write = write_row(done, span, last_write)
+                post_state[1:] = post, last_write
                 return
             while py < pooled_h:
                 need, cost = self._post_row(instr, s, obs, py, pooled_h, pooled_w,
@@ -638,9 +650,10 @@ class CycleModel:
                 if instr.pool == Pool.GLOBAL_AVG:
                     post = max(post, results[need]) + cost
                 elif instr.upsample:
-                    post, readies = upsample_row(post, results[need])
+                    post, readies = upsample_row(post, pooled_arrivals(results[need]))
                 else:
-                    post = max(post + cost, results[need])
+                    chained = post + cost                # the chain's pace, when it is behind
+                    post = max(chained, results[need])
                 # Unpooled and max-pooled words follow the last conv row's results, which
                 # leave the array over the whole row (a block's in its last input-block
                 # pass): its segments complete over the row, for either writer.
@@ -652,7 +665,13 @@ class CycleModel:
                     # leaving in the block's last pass, a pixel every pixel_step cycles.
                     readies = [post + latency - (obs - 1 - ob) * block_cycles - chunk_lag(c)
                                for ob in range(obs) for c in range(per_block)]
-                last_write = write_row(post + latency, span, last_write, readies)
+                done = post
+                if instr.pool == Pool.MAX and not instr.upsample:
+                    # Columns right of the last window pass the pool after its last word.
+                    tail = s.conv_w - min((pooled_w - 1) * pool_stride - pool_pad + pool_size,
+                                          s.conv_w)
+                    done = max(results[need] - tail * pixel_step, chained - tail)
+                last_write = write_row(done + latency, span, last_write, readies)
                 py += 1
             post_state[:] = py, post, last_write
 
@@ -910,8 +929,6 @@ class _Dram:
         pending, inflight = self.pending[write], self.inflight[write]
         m = self.m
         O = m.outstanding
-        if len(inflight) >= O:
-            return
         completed = self.completed[write]
         while len(inflight) < O:
             if not pending and (write or not self._accept_read()):
@@ -919,15 +936,22 @@ class _Dram:
             n, command, handle = pending.popleft()
             issued = self.issued[write]
             if command is not None:                 # a new write command: accepted after the
-                accept = max(command[0], issued, 0)     # last one's last address
-                command[1] = accept
-                self.accept[write] = accept
+                command[1] = self._accepted(command)    # last one's last address
+                self.accept[write] = command[1]
             aw = max(self.accept[write] + m.issue, issued + 1)
             back = O - len(inflight)                # burst j − O has completed
             if len(completed) >= back and completed[-back] + m.reissue > aw:
                 aw = completed[-back] + m.reissue
             self.issued[write] = aw
             inflight.append([aw + self.lead[write], n, aw, handle])
+        # The outstanding limit holds the next write command's bursts, not its acceptance
+        # (the previous command has issued its last burst): the reads it holds back need it.
+        if write and pending and pending[0][1] is not None:
+            pending[0][1][1] = self._accepted(pending[0][1])
+
+    def _accepted(self, command) -> int:
+        """The cycle a write command whose predecessors have issued every burst is accepted."""
+        return max(command[0], self.issued[True], 0)
 
     def _accept_read(self) -> bool:
         """Accept the next read command (the arbiter's choice, see the class docstring) and
@@ -1132,8 +1156,8 @@ class _AvgSchedule:
     def advance(self, computed: int, results: list[int]):
         """Take the conv rows up to ``computed`` (``results``: the cycle each row's last
         result, with its shortcut, is in the result FIFO) and walk the output rows they
-        complete: (cycle the row's last word is in the write buffer, cycles its words took),
-        each."""
+        complete: (cycle the row's last word is in the write buffer, cycles its words took,
+        the cycle each of its words is in the write buffer), each."""
         out = []
         while True:
             r = len(self.taken)
@@ -1151,6 +1175,7 @@ class _AvgSchedule:
             rows = need + 1 - max(u, 0)
             walk = next_window = max(self.sum_ready + 1, self.taken[need] + 1)
             ready, division = self.sum_ready, self.division
+            words = []
             for _ in range(self.obs):
                 for ox in range(self.pooled_w):
                     x0 = ox * self.stride - self.pad
@@ -1158,10 +1183,10 @@ class _AvgSchedule:
                     ready = max(next_window + 2 * m + 3, division + 1)
                     division = max(ready + 1, division + self.divide)
                     next_window = ready + 1
+                    # the second division, the output register, the write buffer
+                    words.append(division + 2 * self.divide + 2)
             self.sum_ready, self.division = ready, division
-            # the second division, the output register, the write buffer
-            done = division + 2 * self.divide + 2
-            out.append((done, done - walk))
+            out.append((words[-1], words[-1] - walk, words))
             # The next output row's buffers, or all rows after the last output row.
             self.py += 1
             if self.py < self.pooled_h:

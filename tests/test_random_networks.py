@@ -53,11 +53,16 @@ EXAMPLES = [
     (8, 7, 9, 2, (("twin", 3), ("pool", "max"), ("twin", 1))),
     # Residual adds whose input and shortcut reads cross a 4 KiB boundary (burst splits).
     (3, 14, 14, 0, (("twin", 1), ("pool", "max"), ("add", None), ("add", None))),
+    # A max pool that leaves the conv row's last column out: its last word precedes the row's.
+    (3, 8, 9, 0, (("pool", "max"), ("add", None))),
 ]
 #: Specs rerun on ecp5 as well (``make test`` draws on tiny only): a residual add whose input,
-#: shortcut and output all cross ecp5's narrow DRAM bus, so its reads and writes contend.
+#: shortcut and output all cross ecp5's narrow DRAM bus, so its reads and writes contend; an
+#: average pool feeding the upsampler in one group (the pool's words, not the array's, pace
+#: the upsampler's first copy).
 ECP5_EXAMPLES = [
     (3, 6, 9, 0, (("add", None),)),
+    (3, 6, 6, 0, (("pool", "avg"), ("up", None))),
 ]
 
 
