@@ -69,7 +69,7 @@ from sfnpu.isa import (Activation, ActOrder, Eltwise, InputTransform, Instructio
                        Pool, Reuse)
 
 __all__ = ["CycleModel", "GroupTiming", "ModelRun", "Comparison", "compare",
-           "GROUP_TOLERANCE", "RUN_TOLERANCE"]
+           "GROUP_TOLERANCE", "GROUP_SLACK", "RUN_TOLERANCE"]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -171,6 +171,9 @@ class CycleModel:
         # the datapath's busy array_latency + 1 cycles after that (its in_flight shift
         # register), compute_done in that cycle (+ 1: the cycle count).
         self.drain_latency = 1 + 2 + array_latency(config) + 1 + 1
+        # The same from the cycle the row buffer holds the input's last row, when no window
+        # reads it: its busy falls a cycle later.
+        self.rows_drain_latency = 1 + array_latency(config) + 1 + 1
 
     # -- DRAM transfers -------------------------------------------------------------------
 
@@ -610,14 +613,18 @@ class CycleModel:
                         readies.append(beat + latency)
             return post, readies
 
-        def pooled_arrivals(last):
-            """When each word of a pooled row whose last conv result is out at ``last``
-            reaches the upsampler: a pooled word follows its window's last column's result,
-            a block's in its last pass."""
+        def pooled_arrivals(need):
+            """When each word of pooled row reaches the upsampler, its last conv row being
+            ``need``: a pooled word follows its window's last column's result, a block's in
+            its last pass, and with an ADD the shortcut word too."""
+            last = results[need]
+            columns = [min(px * pool_stride - pool_pad + pool_size, s.conv_w) - 1
+                       for px in range(pooled_w)]
+            if sc_segments and instr.pool == Pool.NONE:
+                return [[shortcut_taken(need * row_results + ob * s.conv_w + x) for x in columns]
+                        for ob in range(obs)]
             return [[last - (obs - 1 - ob) * block_cycles - (s.conv_w - 1 - x) * pixel_step
-                     for x in (min(px * pool_stride - pool_pad + pool_size, s.conv_w) - 1
-                               for px in range(pooled_w))]
-                    for ob in range(obs)]
+                     for x in columns] for ob in range(obs)]
 
         pool_size, pool_stride, pool_pad = (instr.pool_size, instr.pool_stride,
                                             instr.pool_pad) if instr.pool == Pool.MAX \
@@ -650,7 +657,7 @@ class CycleModel:
                 if instr.pool == Pool.GLOBAL_AVG:
                     post = max(post, results[need]) + cost
                 elif instr.upsample:
-                    post, readies = upsample_row(post, pooled_arrivals(results[need]))
+                    post, readies = upsample_row(post, pooled_arrivals(need))
                 else:
                     chained = post + cost                # the chain's pace, when it is behind
                     post = max(chained, results[need])
@@ -730,6 +737,10 @@ class CycleModel:
                 ready = max(ready, arrived + 1)
             results.append(max(ready, scale_ready))
             post_rows(oy)
+        # Input rows below the last window (a stride that steps over them) are read too, and
+        # the row buffer is busy until it has taken them.
+        reader_moved.append(end)
+        fetch_rows(instr.in_h - 1)
         last_write = post_state[2]
         if out_dram:
             # compute_done follows the last write response by one cycle.
@@ -738,7 +749,7 @@ class CycleModel:
             cycles = last_write + 1
         # The datapath must drain too (~dp.busy): rows no pooling window uses are still
         # computed, but only the array's pipeline, not the post chain, is waited for.
-        cycles = max(cycles, end + self.drain_latency)
+        cycles = max(cycles, end + self.drain_latency, row_in[-1] + self.rows_drain_latency)
         read = (instr.in_h * row_bytes if in_dram else 0) + w_row_bytes * s.conv_h
         if is_add and sc_dram:
             read += sc_row_bytes * s.conv_h
@@ -1222,10 +1233,14 @@ def _post_latency(instr: Instruction) -> int:
 
 
 #: Largest relative difference between the model's and the RTL's cycles accepted in any one
-#: group, and over a whole run. The measured agreement (``make bench``, ``sfnpu sim``) is
+#: group (or up to GROUP_SLACK cycles, for the smallest groups), and over a whole run. They
+#: sit above the gaps the model is known to have (streamed weights' per-set requests: about
+#: 0.2 % of such a group; an ADD's frozen pipeline behind the upsampler: a few cycles) and
+#: below every gap it has had. The measured agreement (``make bench``, ``sfnpu sim``) is
 #: reported beside them; the goal is exact.
-GROUP_TOLERANCE = 0.05
-RUN_TOLERANCE = 0.01
+GROUP_TOLERANCE = 0.005
+GROUP_SLACK = 4
+RUN_TOLERANCE = 0.0025
 
 
 @dataclass(frozen=True)
@@ -1263,7 +1278,8 @@ class Comparison:
                 if (g.read_bytes, g.write_bytes) != (r, w)]
 
     def problems(self, group_tolerance: float = GROUP_TOLERANCE,
-                 run_tolerance: float = RUN_TOLERANCE) -> list[str]:
+                 run_tolerance: float = RUN_TOLERANCE,
+                 group_slack: int = GROUP_SLACK) -> list[str]:
         """Every disagreement beyond the tolerances, as sentences; empty when they agree."""
         out = []
         if len(self.cycles) != len(self.model.groups):
@@ -1273,12 +1289,12 @@ class Comparison:
             out.append(f"group {k}: DRAM bytes read/written {self.read_bytes[k]}/"
                        f"{self.write_bytes[k]}, model {g.read_bytes}/{g.write_bytes}")
         for g, c, e in zip(self.model.groups, self.cycles, self.errors):
-            if abs(e) > group_tolerance:
-                out.append(f"group {g.index}: {c} cycles, model {g.cycles} ({e:+.1%}, "
-                           f"tolerance {group_tolerance:.0%})")
+            if abs(e) > group_tolerance and abs(g.cycles - c) > group_slack:
+                out.append(f"group {g.index}: {c} cycles, model {g.cycles} ({e:+.2%}, "
+                           f"tolerance {group_tolerance:.1%} or {group_slack} cycles)")
         if self.cycles and abs(self.run_error) > run_tolerance:
             out.append(f"run: {sum(self.cycles)} cycles, model {self.model.cycles} "
-                       f"({self.run_error:+.2%}, tolerance {run_tolerance:.0%})")
+                       f"({self.run_error:+.2%}, tolerance {run_tolerance:.2%})")
         return out
 
     def summary(self) -> str:

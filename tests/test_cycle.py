@@ -16,7 +16,8 @@ from sfnpu.config import get_config
 from sfnpu.hw.conv_array import row_cycles
 from sfnpu.hw.row_buffer import window_params, window_schedule
 from sfnpu.isa import ConvKind, MemSpace, Reuse
-from sfnpu.sim.cycle import CycleModel, compare
+from sfnpu.sim.cycle import (GROUP_SLACK, GROUP_TOLERANCE, RUN_TOLERANCE, CycleModel,
+                             GroupTiming, ModelRun, compare)
 from test_system import compiled_image, conv_stack, residual_net, se_net, wide_net
 
 
@@ -132,6 +133,35 @@ def test_comparison_reports_disagreements(compiled):
     wrong = list(reads)
     wrong[-1] += 8
     assert any("DRAM bytes" in p for p in compare(run, cycles, wrong, writes).problems())
+
+
+def test_tolerances_relative_or_a_few_cycles():
+    """A group passes within GROUP_TOLERANCE of the RTL's cycles or GROUP_SLACK cycles, the
+    run within RUN_TOLERANCE; one cycle beyond either fails."""
+    def run_of(*cycles):
+        return ModelRun(get_config("tiny"), [GroupTiming(k, c, 0, 0, Reuse.ROW, 0, c, "mac")
+                                             for k, c in enumerate(cycles)])
+
+    def problems(model, measured):
+        return compare(run_of(*model), measured, [0] * len(measured),
+                       [0] * len(measured)).problems()
+
+    big = 100_000                                  # dilutes the run error
+    small = 200                                    # GROUP_SLACK is above its relative limit
+    assert GROUP_SLACK > small * GROUP_TOLERANCE
+    assert problems([small + GROUP_SLACK, big], [small, big]) == []
+    assert "group 0" in problems([small + GROUP_SLACK + 1, big], [small, big])[0]
+    large = 10_000                                 # its relative limit is above the slack
+    limit = int(large * GROUP_TOLERANCE)
+    assert limit > GROUP_SLACK
+    assert problems([large - limit, big * 10], [large, big * 10]) == []
+    assert "group 0" in problems([large - limit - 1, big * 10], [large, big * 10])[0]
+    # the run: every group within its own limit, the sum beyond RUN_TOLERANCE
+    n = 40
+    off = int(large * RUN_TOLERANCE) + 1
+    assert off <= limit
+    assert [p for p in problems([large + off] * n, [large] * n) if p.startswith("run")]
+    assert problems([large + off - 1] * n, [large] * n) == []
 
 
 @pytest.mark.parametrize("name", ["tiny", "ecp5", "kcu1500"])

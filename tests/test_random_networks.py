@@ -63,6 +63,8 @@ EXAMPLES = [
 ECP5_EXAMPLES = [
     (3, 6, 9, 0, (("add", None),)),
     (3, 6, 6, 0, (("pool", "avg"), ("up", None))),
+    # A stride-2 1×1 convolution: its input's last row, under no window, is read all the same.
+    (3, 6, 9, 0, (("conv", (1, 2, 4)),)),
 ]
 
 
