@@ -350,6 +350,7 @@ class CycleModel:
         rises. DRAM commands carry the controller's addresses (``base``: IMAGE_BASE)."""
         from sfnpu.hw.act_table import ActivationTable
         from sfnpu.hw.conv_array import fetch_cycles
+        from sfnpu.hw.eltwise_add import EltwiseAdd
         from sfnpu.hw.requant import Requantizer
 
         cfg, L = self.config, self.L
@@ -598,7 +599,14 @@ class CycleModel:
             for block in arrivals:
                 beats = []
                 for arrived in block:
+                    if frozen is not None:
+                        arrived = through_add(arrived)
                     copy = max(arrived, post + 1)
+                    if frozen is not None:
+                        # the word waits at the ADD's output, its pipeline frozen, until the
+                        # upsampler takes it with its second copy
+                        frozen.append((arrived + EltwiseAdd.LATENCY,
+                                       copy + EltwiseAdd.LATENCY))
                     beats += [copy, copy + 1]
                     post = copy + 1
                 first_pass.append(beats)
@@ -612,6 +620,34 @@ class CycleModel:
                         beat = replay_from + ob * out_w + j if sub else first_pass[ob][j]
                         readies.append(beat + latency)
             return post, readies
+
+        # An ADD feeding the upsampler: its pipeline stops as a whole while its output waits
+        # (hw.eltwise_add, a clock enable), so a word waiting out a replay holds the words
+        # behind it. The cycles it stood still, in order.
+        frozen = [] if instr.upsample and is_add and instr.pool == Pool.NONE else None
+        add_state = [0, 0]                  # first frozen span not yet passed, last accept
+
+        def through_add(taken):
+            """The cycle a word the ADD would take at ``taken`` shows at its output, less
+            its latency: it enters after the word before it in a cycle the pipeline moves,
+            and reaches the output after LATENCY such cycles."""
+            a = max(taken, add_state[1] + 1)
+            while add_state[0] < len(frozen) and frozen[add_state[0]][1] < a:
+                add_state[0] += 1
+            spans = frozen[add_state[0]:]
+            for lo, hi in spans:
+                if lo <= a <= hi:
+                    a = hi + 1
+            add_state[1] = a
+            t, left = a, EltwiseAdd.LATENCY
+            for lo, hi in spans:
+                if hi < t:
+                    continue
+                if lo >= t + left:
+                    break
+                left -= lo - t                      # the cycles it moved before the span
+                t = hi + 1
+            return t + left - EltwiseAdd.LATENCY
 
         def pooled_arrivals(need):
             """When each word of pooled row reaches the upsampler, its last conv row being
@@ -645,7 +681,10 @@ class CycleModel:
                             for ob in range(obs)])
                         last_write = write_row(post + latency, span, last_write, readies)
                     else:
-                        last_write = write_row(done, span, last_write)
+                        # a block's chunk is ready with its last window's word
+                        readies = [words[ob * pooled_w + min((c + 1) * chunk, pooled_w) - 1]
+                                   for ob in range(obs) for c in range(per_block)]
+                        last_write = write_row(done, span, last_write, readies)
                 post_state[1:] = post, last_write
                 return
             while py < pooled_h:
@@ -663,8 +702,10 @@ class CycleModel:
                     post = max(chained, results[need])
                 # Unpooled and max-pooled words follow the last conv row's results, which
                 # leave the array over the whole row (a block's in its last input-block
-                # pass): its segments complete over the row, for either writer.
-                span = max(cost, row) if instr.pool in (Pool.NONE, Pool.MAX) else cost
+                # pass): its segments complete over the row, for either writer. (The rows
+                # before it pass the pool without output.)
+                span = max(obs * s.conv_w, row) if instr.pool in (Pool.NONE, Pool.MAX) \
+                    else cost
                 if readies is None and instr.pool == Pool.NONE and not instr.upsample \
                         and not s.streaming and per_block > 1:
                     # A chunk is ready when its last pixel's result has passed (the writer's

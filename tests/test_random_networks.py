@@ -55,6 +55,8 @@ EXAMPLES = [
     (3, 14, 14, 0, (("twin", 1), ("pool", "max"), ("add", None), ("add", None))),
     # A max pool that leaves the conv row's last column out: its last word precedes the row's.
     (3, 8, 9, 0, (("pool", "max"), ("add", None))),
+    # An ADD in front of the upsampler: a word waiting out a replay freezes the ADD's pipeline.
+    (3, 8, 8, 0, (("conv", (1, 1, 24)), ("add", None), ("up", None))),
 ]
 #: Specs rerun on ecp5 as well (``make test`` draws on tiny only): a residual add whose input,
 #: shortcut and output all cross ecp5's narrow DRAM bus, so its reads and writes contend; an
@@ -65,6 +67,9 @@ ECP5_EXAMPLES = [
     (3, 6, 6, 0, (("pool", "avg"), ("up", None))),
     # A stride-2 1×1 convolution: its input's last row, under no window, is read all the same.
     (3, 6, 9, 0, (("conv", (1, 2, 4)),)),
+    # Pooled rows of three channel blocks (a max pool, then an average pool alone): each
+    # block's writes are commanded as its own pooled words are out.
+    (3, 9, 9, 0, (("up", None), ("conv", (1, 1, 24)), ("pool", "max"), ("pool", "avg"))),
 ]
 
 
