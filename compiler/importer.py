@@ -13,14 +13,15 @@ what sfnpu supports.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from .ir import Graph, Node, QType, Tensor, check, space_to_depth_conv
+from .ir import Graph, InputTaps, Node, QType, Tensor, check, space_to_depth_conv
 
 __all__ = ["ModelError", "HostPlan", "Imported", "load_model", "import_model",
            "SUPPORTED_OPS"]
@@ -120,6 +121,9 @@ class HostPlan:
     epilogue_feeds: dict
     #: accelerator inputs the prologue hands over as SpaceToDepth(2) of the quantised input
     space_to_depth: tuple[str, ...] = ()
+    #: the convolution taps of quantised inputs the prologue hands over
+    #: (:class:`~.ir.InputTaps`, each an accelerator input)
+    input_taps: tuple[InputTaps, ...] = ()
 
     def with_space_to_depth(self, moved: dict[str, tuple[str, tuple[int, int, int]]]
                             ) -> "HostPlan":
@@ -129,25 +133,74 @@ class HostPlan:
         :func:`~.ir.space_to_depth_conv`'s channel order ``(dy·2 + dx)·C + c`` (ONNX
         SpaceToDepth's), built from Reshape and Transpose, which onnxruntime runs on 8-bit
         codes."""
-        prologue = onnx.ModelProto()
-        prologue.CopyFrom(self.prologue)
-        g = prologue.graph
-        for new, (old, (c, h, w)) in moved.items():
+        def rearrange(new: str, old: str, shape: tuple[int, int, int]):
+            c, h, w = shape
             split = numpy_helper.from_array(np.array([1, c, h // 2, 2, w // 2, 2], np.int64),
                                             f"{new}.split_shape")
             merged = numpy_helper.from_array(np.array([1, 4 * c, h // 2, w // 2], np.int64),
                                              f"{new}.shape")
-            g.initializer.extend([split, merged])
-            g.node.extend([
+            return [split, merged], [
                 onnx.helper.make_node("Reshape", [old, split.name], [f"{new}.blocks"]),
                 onnx.helper.make_node("Transpose", [f"{new}.blocks"], [f"{new}.phases"],
                                       perm=[0, 3, 5, 1, 2, 4]),
                 onnx.helper.make_node("Reshape", [f"{new}.phases", merged.name], [new]),
-            ])
-            output = next(o for o in g.output if o.name == old)
+            ], (4 * c, h // 2, w // 2)
+        return replace(self, prologue=self._rearranged(
+            {new: rearrange(new, old, shape) for new, (old, shape) in moved.items()},
+            {new: old for new, (old, _) in moved.items()}),
+            space_to_depth=self.space_to_depth + tuple(moved))
+
+    def with_input_taps(self, folded: Sequence[InputTaps]) -> "HostPlan":
+        """The plan whose prologue also hands out convolution taps, each as the accelerator
+        input :attr:`~.ir.InputTaps.name` in place of its source. Built from Pad (with the zero point's code),
+        one strided Slice per tap and a Concat, which onnxruntime runs on 8-bit codes."""
+        def im2col(new: str, taps: InputTaps):
+            (kh, kw), (sh, sw), (top, left, bottom, right) = taps.kernel, taps.stride, taps.pads
+            oh, ow = taps.out_hw
+            pads = numpy_helper.from_array(
+                np.array([0, 0, top, left, 0, 0, bottom, right], np.int64), f"{new}.pads")
+            zero = numpy_helper.from_array(np.array(taps.qtype.zero_point, taps.qtype.dtype),
+                                           f"{new}.zero_point")
+            consts, nodes = [pads, zero], [onnx.helper.make_node(
+                "Pad", [taps.source, pads.name, zero.name], [f"{new}.padded"])]
+            for ty in range(kh):
+                for tx in range(kw):
+                    tap = f"{new}.tap{ty}_{tx}"
+                    bounds = [numpy_helper.from_array(np.array(v, np.int64), f"{tap}.{what}")
+                              for what, v in (("starts", [ty, tx]),
+                                              ("ends", [ty + sh * (oh - 1) + 1,
+                                                        tx + sw * (ow - 1) + 1]),
+                                              ("axes", [2, 3]), ("steps", [sh, sw]))]
+                    consts += bounds
+                    nodes.append(onnx.helper.make_node(
+                        "Slice", [f"{new}.padded", *(b.name for b in bounds)], [tap]))
+            nodes.append(onnx.helper.make_node(
+                "Concat", [f"{new}.tap{ty}_{tx}" for ty in range(kh) for tx in range(kw)],
+                [new], axis=1))
+            return consts, nodes, taps.out_shape
+        return replace(self, prologue=self._rearranged(
+            {taps.name: im2col(taps.name, taps) for taps in folded},
+            {taps.name: taps.source for taps in folded}),
+            input_taps=self.input_taps + tuple(folded))
+
+    def _rearranged(self, added: dict[str, tuple[list, list, tuple[int, int, int]]],
+                    sources: dict[str, str]) -> onnx.ModelProto:
+        """A copy of the prologue with ``added`` (new output → its initializers, nodes and
+        ``(C, H, W)``) appended, each new output handed out in place of its source in
+        ``sources``."""
+        prologue = onnx.ModelProto()
+        prologue.CopyFrom(self.prologue)
+        g = prologue.graph
+        for new, (consts, nodes, shape) in added.items():
+            g.initializer.extend(consts)
+            g.node.extend(nodes)
+            output = next(o for o in g.output if o.name == sources[new])
             output.name = new
-        return HostPlan(prologue, self.epilogue, self.epilogue_ops, self.epilogue_feeds,
-                        self.space_to_depth + tuple(moved))
+            dims = output.type.tensor_type.shape.dim
+            del dims[:]
+            for d in (1, *shape):
+                dims.add().dim_value = d
+        return prologue
 
 
 @dataclass(frozen=True)

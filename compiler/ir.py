@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 
 __all__ = ["QType", "Tensor", "Node", "Graph", "IRError", "OPS", "check", "space_to_depth_conv",
-           "is_space_to_depth_conv"]
+           "is_space_to_depth_conv", "InputTaps"]
 
 
 class IRError(ValueError):
@@ -156,6 +156,53 @@ def is_space_to_depth_conv(node: Node) -> bool:
     ref = space_to_depth_conv(node.name, node.inputs[0], node.output, weight.shape[1])
     return set(node.consts) == set(ref.consts) and all(
         np.array_equal(node.consts[k], v) for k, v in ref.consts.items())
+
+
+@dataclass(frozen=True)
+class InputTaps:
+    """The window taps of a convolution over a network input, laid out as channels (im2col):
+    channel ``(ty·kw + tx)·C + c`` of output pixel ``(i, j)`` is
+    ``x[c, sh·i + ty − top, sw·j + tx − left]``, the input's zero point where that falls in
+    the padding. A convolution with ``kh·kw`` taps over ``x`` is then a 1×1 convolution over
+    these codes with the same products."""
+    source: str                        # the network input it is taken of
+    shape: tuple[int, int, int]        # the source's (C, H, W)
+    kernel: tuple[int, int]            # (kh, kw)
+    stride: tuple[int, int]
+    pads: tuple[int, int, int, int]    # (top, left, bottom, right)
+    qtype: QType                       # the source's (its zero point pads)
+
+    @property
+    def name(self) -> str:
+        """The network input the taps become."""
+        return f"{self.source}.taps"
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        _, h, w = self.shape
+        (kh, kw), (sh, sw), (top, left, bottom, right) = self.kernel, self.stride, self.pads
+        return (h + top + bottom - kh) // sh + 1, (w + left + right - kw) // sw + 1
+
+    @property
+    def out_shape(self) -> tuple[int, int, int]:
+        kh, kw = self.kernel
+        return (kh * kw * self.shape[0], *self.out_hw)
+
+    @staticmethod
+    def weight(weight: np.ndarray) -> np.ndarray:
+        """The 1×1 weights over the taps of a ``(O, C, kh, kw)`` kernel."""
+        return np.ascontiguousarray(weight.transpose(0, 2, 3, 1).reshape(weight.shape[0], -1,
+                                                                         1, 1))
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        """The taps of ``x`` (C, H, W) as numpy computes them — the reference the host's
+        onnxruntime prologue is tested against."""
+        (kh, kw), (sh, sw), (top, left, bottom, right) = self.kernel, self.stride, self.pads
+        oh, ow = self.out_hw
+        padded = np.pad(x, ((0, 0), (top, bottom), (left, right)),
+                        constant_values=self.qtype.zero_point)
+        return np.concatenate([padded[:, ty:ty + sh * (oh - 1) + 1:sh, tx:tx + sw * (ow - 1) + 1:sw]
+                               for ty in range(kh) for tx in range(kw)])
 
 
 def space_to_depth_conv(name: str, source: str, output: str, channels: int) -> Node:

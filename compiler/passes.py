@@ -15,11 +15,12 @@ from sfnpu.hw.conv_array import row_cycles
 from sfnpu.hw.limits import StoreSizes
 
 from .groups import weight_key
-from .ir import Graph, Node, QType, Tensor, check, is_space_to_depth_conv, space_to_depth_conv
+from .ir import (Graph, InputTaps, Node, QType, Tensor, check, is_space_to_depth_conv,
+                 space_to_depth_conv)
 
 __all__ = ["PASSES", "run_passes", "fold_silu", "requantize_concat_inputs",
            "drop_dead_nodes", "split_shared_wide_convs", "space_to_depth_strided_convs",
-           "space_to_depth_form"]
+           "space_to_depth_form", "fold_input_taps"]
 
 
 def _codes(q: QType) -> np.ndarray:
@@ -215,6 +216,55 @@ def _host_rearranges(graph: Graph, tensor: str) -> bool:
     """Whether a SpaceToDepth of ``tensor`` can run in the host prologue: a network input
     that one node reads."""
     return tensor in graph.inputs and len(graph.consumers(tensor)) == 1
+
+
+def fold_input_taps(graph: Graph, config: HwConfig) -> tuple[Graph, tuple[InputTaps, ...]]:
+    """A convolution over a network input with few channels (a stem: 3×3 over RGB) keeps ``C``
+    of the array's ``Ti`` input lanes busy for ``kh·kw`` cycles per pixel. Where its taps fit
+    one lane block (``kh·kw·C ≤ Ti``), the host prologue hands the accelerator the taps as
+    channels instead (:class:`~.ir.InputTaps`, im2col of the 8-bit codes, beside the input's
+    quantisation) and the convolution becomes 1×1, stride 1, unpadded: one cycle per output
+    pixel and block of output channels. Its input is then one lane block at the output's
+    size, so the accelerator reads no more DRAM bytes than the input itself (or its
+    SpaceToDepth). Exact: the same (code, weight) products in the same int32 sum, the
+    padding the input zero point in both. Applies where it takes fewer array cycles, to a
+    network input that only the convolution reads. Returns the graph and the taps, each a
+    new network input (:attr:`~.ir.InputTaps.name`)."""
+    folded: list[InputTaps] = []
+    nodes, tensors, inputs = [], dict(graph.tensors), list(graph.inputs)
+    for node in graph.nodes:
+        taps = _input_taps_plan(node, graph, config)
+        if taps is None:
+            nodes.append(node)
+            continue
+        name = taps.name
+        tensors[name] = Tensor(name, taps.out_shape, taps.qtype)
+        del tensors[taps.source]
+        inputs[inputs.index(taps.source)] = name
+        nodes.append(node.replace(
+            inputs=(name,), attrs=dict(node.attrs, stride=(1, 1), pads=(0, 0, 0, 0)),
+            consts=dict(node.consts, weight=InputTaps.weight(node.consts["weight"]))))
+        folded.append(taps)
+    if not folded:
+        return graph, ()
+    return graph.replace(nodes=nodes, tensors=tensors, inputs=inputs), tuple(folded)
+
+
+def _input_taps_plan(conv: Node, graph: Graph, config: HwConfig) -> InputTaps | None:
+    """:func:`fold_input_taps`'s taps of ``conv`` where the fold applies and pays."""
+    if conv.op != "conv" or conv.attrs["depthwise"] or not _host_rearranges(graph,
+                                                                            conv.inputs[0]):
+        return None
+    x = graph.tensors[conv.inputs[0]]
+    o, c, kh, kw = conv.consts["weight"].shape
+    if kh * kw == 1 or kh * kw * c > config.ti:
+        return None
+    taps = InputTaps(x.name, x.shape, (kh, kw), conv.attrs["stride"], conv.attrs["pads"],
+                     x.qtype)
+    out_h, out_w = taps.out_hw
+    before = row_cycles(False, kh, kw, conv.attrs["stride"][1], out_w, c, o, config)
+    after = row_cycles(False, 1, 1, 1, out_w, kh * kw * c, o, config)
+    return taps if after < before else None
 
 
 def space_to_depth_on_host(graph: Graph) -> tuple[Graph, dict[str, str]]:

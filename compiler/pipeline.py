@@ -19,9 +19,9 @@ from sfnpu.config import HwConfig
 
 from .codegen import Program, generate
 from .groups import Group, fuse
-from .ir import check
-from .passes import (run_passes, space_to_depth_on_host, space_to_depth_strided_convs,
-                     split_shared_wide_convs)
+from .ir import Graph, check
+from .passes import (fold_input_taps, run_passes, space_to_depth_on_host,
+                     space_to_depth_strided_convs, split_shared_wide_convs)
 from .importer import Imported, import_model
 
 __all__ = ["Compiled", "PipelineConfig", "STEPS", "compile_model", "run_onnxruntime",
@@ -41,6 +41,10 @@ class PipelineConfig:
     #: stride-1 convolution where that takes fewer array cycles
     #: (:func:`.passes.space_to_depth_strided_convs`; bit-exact either way).
     space_to_depth: bool = True
+    #: Convolutions over a network input whose taps fit one lane block (3×3 stems over RGB)
+    #: run as 1×1 over the taps, which the host prologue lays out as channels
+    #: (:func:`.passes.fold_input_taps`; bit-exact either way).
+    fold_input_taps: bool = True
 
     @property
     def steps(self) -> tuple[str, ...]:
@@ -53,6 +57,7 @@ class PipelineConfig:
 STEPS: tuple[tuple[str, str | None], ...] = (
     ("import", None),         # QDQ ONNX → IR (importer.py)
     ("passes", None),         # IR passes (passes.py), then shared convs split to fit the store
+    ("fold_input_taps", "fold_input_taps"),  # stems: the host's im2col + 1×1 conv (passes.py)
     ("space_to_depth", "space_to_depth"),   # stems: SpaceToDepth + stride-1 conv (passes.py)
     ("fuse", None),           # IR nodes → groups (groups.py)
     ("generate", None),       # groups → instructions, every feature map in DRAM (codegen.py)
@@ -138,22 +143,25 @@ def compile_model(src, config: HwConfig, pipeline: PipelineConfig = PipelineConf
     """Run the steps of :data:`STEPS` that ``pipeline`` switches on."""
     imported = import_model(src)
     graph, _ = run_passes(imported.graph)
-    rewrites = []
-    for name, rewrite, switch in (("split_shared_wide_convs", split_shared_wide_convs, True),
-                                  ("space_to_depth", space_to_depth_strided_convs,
-                                   pipeline.space_to_depth)):
-        if switch:
-            graph, changed = rewrite(graph, config)
-            if changed:
-                check(graph)
-                rewrites.append(name)
-    host = imported.host
+    rewrites, host = [], imported.host
+
+    def rewritten(name: str, result: Graph, changed) -> Graph:
+        if changed:
+            check(result)
+            rewrites.append(name)
+        return result
+
+    graph = rewritten("split_shared_wide_convs", *split_shared_wide_convs(graph, config))
+    if pipeline.fold_input_taps:
+        graph, folded = fold_input_taps(graph, config)
+        graph = rewritten("fold_input_taps", graph, folded)
+        if folded:
+            host = host.with_input_taps(folded)
     if pipeline.space_to_depth:
-        before = graph
-        graph, moved = space_to_depth_on_host(graph)
+        before = rewritten("space_to_depth", *space_to_depth_strided_convs(graph, config))
+        graph, moved = space_to_depth_on_host(before)
+        graph = rewritten("space_to_depth_on_host", graph, moved)
         if moved:
-            check(graph)
-            rewrites.append("space_to_depth_on_host")
             host = host.with_space_to_depth({new: (old, before.tensors[old].shape)
                                              for new, old in moved.items()})
     imported = replace(imported, graph=graph, host=host)

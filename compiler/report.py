@@ -38,9 +38,11 @@ def compile_report(compiled: Compiled, source: str, notes: list[str] = ()) -> st
         f"- pipeline steps: {', '.join(compiled.pipeline.steps)}",
         f"- DRAM image: {prog.layout.image_bytes} bytes (parameters {len(prog.params)})",
         f"- host before the accelerator: QuantizeLinear of {len(prog.inputs)} input(s)"
-        + "".join(f", then SpaceToDepth(2) into `{name}` ({'x'.join(map(str, shape))})"
-                  for name, shape in ((n, compiled.graph.tensors[n].shape)
-                                      for n in host.space_to_depth)),
+        + "".join(f", then {what} into `{name}` ({'x'.join(map(str, shape))})"
+                  for what, names in (("the stem's taps as channels",
+                                       [t.name for t in host.input_taps]),
+                                      ("SpaceToDepth(2)", host.space_to_depth))
+                  for name, shape in ((n, compiled.graph.tensors[n].shape) for n in names)),
         f"- host after the accelerator: "
         f"{', '.join(sorted(set(host.epilogue_ops))) or 'nothing'}",
         *[f"- {note}" for note in notes],

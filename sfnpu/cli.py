@@ -323,7 +323,8 @@ def _compile(args, workdir: Path):
 
     path, notes = ensure_qdq(args.model, workdir, _calibration(args),
                              activation_signed=args.int8_activations)
-    pipeline = PipelineConfig(modules=args.modules, space_to_depth=not args.no_space_to_depth)
+    pipeline = PipelineConfig(modules=args.modules, space_to_depth=not args.no_space_to_depth,
+                              fold_input_taps=not args.no_fold_input_taps)
     return compile_model(path, get_config(args.config), pipeline), path, notes
 
 
@@ -643,6 +644,10 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument("--no-space-to-depth", action="store_true",
                             help="skip the pipeline step 'space_to_depth' (stride-2 stems over "
                             "few channels as SpaceToDepth + a stride-1 convolution)")
+        parser.add_argument("--no-fold-input-taps", action="store_true",
+                            help="skip the pipeline step 'fold_input_taps' (a stem whose taps "
+                            "fit one lane block as a 1x1 convolution over the taps, which the "
+                            "host lays out as channels)")
 
     c = sub.add_parser("compile", help="compile an ONNX model to a DRAM image and a report")
     model_options(c)

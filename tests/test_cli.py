@@ -114,10 +114,16 @@ def test_run_reports_bad_input(capsys, tmp_path):
     assert code == 2 and "no such model file" in out
 
 
-def test_space_to_depth_switch(capsys, tmp_path):
-    """A 7×7 stride-2 stem over 2 channels: compiled with the pipeline step `space_to_depth`
+@pytest.mark.parametrize("k, step, host, stem_input", [
+    (7, "space_to_depth", "then SpaceToDepth(2) into", ("| 8x8x8 |", "| 2x16x16 |")),
+    (2, "fold_input_taps", "then the stem's taps as channels into",
+     ("| 8x16x16 |", "| 2x16x16 |")),
+])
+def test_stem_rewrite_switches(capsys, tmp_path, k, step, host, stem_input):
+    """A 7×7 stride-2 stem over 2 channels compiles with the pipeline step `space_to_depth`
     by default (a 4×4 stride-1 stem over the host's SpaceToDepth of the input: 8 input
-    channels), without it under `--no-space-to-depth`; both programs give onnxruntime's
+    channels), a 2×2 stride-1 one with `fold_input_taps` (1×1 over the host's 8 taps);
+    each without its step under its `--no-…` switch; every program gives onnxruntime's
     outputs on the golden model."""
     import numpy as np
     import onnx
@@ -125,18 +131,20 @@ def test_space_to_depth_switch(capsys, tmp_path):
     from netbuild import Net
 
     n = Net((2, 16, 16), name="cli_stem")
-    y = n.conv(n.op("Relu", [n.conv("x", 2, 8, 7, stride=2)]), 8, 4, 3)
+    stride, pads = (2, None) if k == 7 else (1, [0, 0, 1, 1])
+    y = n.conv(n.op("Relu", [n.conv("x", 2, 8, k, stride=stride, pads=pads)]), 8, 4, 3)
     model_path = tmp_path / "stem.onnx"
     onnx.save(n.model([y]), str(model_path))
     np.save(tmp_path / "x.npy", n.samples(1, seed=4))
-    for flags, groups, step in (([], 2, True), (["--no-space-to-depth"], 2, False)):
+    switch = "--no-" + step.replace("_", "-")
+    for flags, on in (([], True), ([switch], False)):
         code, out = run(capsys, "compile", str(model_path), *flags, "-o", str(tmp_path / "c"))
         assert code == 0, out
-        assert f"groups (instructions): {groups}" in out
+        assert "groups (instructions): 2" in out
         report = (tmp_path / "c" / "report.md").read_text()
-        assert ("space_to_depth" in report.split("pipeline steps:")[1].splitlines()[0]) == step
-        assert ("then SpaceToDepth(2) into" in report) == step
-        assert ("| 8x8x8 |" if step else "| 2x16x16 |") in report     # the stem's input
+        assert (step in report.split("pipeline steps:")[1].splitlines()[0]) == on
+        assert (host in report) == on
+        assert stem_input[0 if on else 1] in report     # the stem's input
         outputs = []
         for backend, extra in (("onnxruntime", []), ("golden", flags)):
             target = tmp_path / f"{backend}.npy"

@@ -147,9 +147,9 @@ def test_pipeline_switch_places_the_modules(compiled, buffer_kib):
     net, path, c = compiled
     capacity = None if buffer_kib is None else (buffer_kib * 1024,) * 3
     switched = compile_model(path, TINY, PipelineConfig(modules=True, module_capacity=capacity))
-    assert c.pipeline.steps == ("import", "passes", "space_to_depth", "fuse", "generate")
-    assert switched.pipeline.steps == ("import", "passes", "space_to_depth", "fuse", "generate",
-                                      "modules")
+    steps = ("import", "passes", "fold_input_taps", "space_to_depth", "fuse", "generate")
+    assert c.pipeline.steps == steps
+    assert switched.pipeline.steps == steps + ("modules",)
     p = plan_modules(c.graph, c.groups, TINY, capacity)
     assert switched.program.instructions == p.program.instructions
     assert [g.name for g in switched.groups] == [g.name for g in p.groups]
@@ -332,7 +332,8 @@ def test_cli_run_with_modules_matches_onnxruntime(compiled, tmp_path):
     net, path, _ = compiled
     assert main(["compile", str(path), "--modules", "-o", str(tmp_path / "out")]) == 0
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "pipeline steps: import, passes, space_to_depth, fuse, generate, modules" in report
+    assert ("pipeline steps: import, passes, fold_input_taps, space_to_depth, fuse, generate, "
+            "modules") in report
     assert any(f"| BUF{k}+" in report for k in range(3))     # a module map on chip
     np.save(tmp_path / "x.npy", net.samples(1, seed=9))
     for backend, extra in (("onnxruntime", []), ("golden", ["--modules"])):

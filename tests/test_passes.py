@@ -28,8 +28,8 @@ def qdq(tmp_path, net, outputs, name):
     return path
 
 
-def identical(path, net, config=TINY):
-    compiled = compile_model(path, config)
+def identical(path, net, config=TINY, pipeline=PipelineConfig()):
+    compiled = compile_model(path, config, pipeline)
     x = net.samples(1, seed=11, scale=1.2)
     want = run_onnxruntime(onnx.load(str(path)), {"x": x})
     got = compiled.run({"x": x}, GoldenModel(config).outputs)
@@ -197,6 +197,15 @@ def test_shared_wide_convolution_splits_into_slices_that_fit(tmp_path):
     assert split_shared_wide_convs(compiled.graph, TINY) == (compiled.graph, False)
 
 
+def random_conv_operands(seed, c, h, w, kh, kw, o=3):
+    """Random int8 weights, weight zero points, bias, a uint8 input and its zero point."""
+    rng = np.random.default_rng(seed)
+    return (rng.integers(-128, 128, (o, c, kh, kw), dtype=np.int8),
+            rng.integers(-128, 128, o, dtype=np.int8),
+            rng.integers(-1000, 1000, o, dtype=np.int32),
+            rng.integers(0, 256, (c, h, w), dtype=np.uint8), int(rng.integers(0, 256)))
+
+
 # -- SpaceToDepth for stride-2 stems -------------------------------------------------------------
 
 @given(st.integers(1, 4), st.integers(1, 6), st.integers(1, 6), st.integers(1, 7),
@@ -212,13 +221,7 @@ def test_space_to_depth_form_computes_the_same_accumulators(c, half_h, half_w, k
     h, w = 2 * half_h, 2 * half_w
     if h + top + bottom < kh or w + left + right < kw:
         return
-    rng = np.random.default_rng(seed)
-    o = 3
-    weight = rng.integers(-128, 128, (o, c, kh, kw), dtype=np.int8)
-    w_zp = rng.integers(-128, 128, o, dtype=np.int8)
-    bias = rng.integers(-1000, 1000, o, dtype=np.int32)
-    x = rng.integers(0, 256, (c, h, w), dtype=np.uint8)
-    x_zp = int(rng.integers(0, 256))
+    weight, w_zp, bias, x, x_zp = random_conv_operands(seed, c, h, w, kh, kw)
     conv = ir.Node("stem", "conv", ("x",), "y", attrs=dict(stride=(2, 2), pads=pads,
                                                             depthwise=False),
                    consts=dict(weight=weight, weight_zp=w_zp, bias=bias))
@@ -295,6 +298,89 @@ def test_space_to_depth_only_where_it_saves_cycles(tmp_path):
         outputs = [net.conv("x", 3, 8, 3, stride=2)] + (
             [net.conv("x", 3, 4, 1, pads=[0, 0, 0, 0])] if shared else [])
         path = qdq(tmp_path, net, outputs, f"stem3{int(shared)}")
-        compiled, same = identical(path, net, kcu)
+        compiled, same = identical(path, net, kcu, PipelineConfig(fold_input_taps=False))
         strides = [n.attrs["stride"] for n in compiled.graph.nodes if n.op == "conv"]
         assert same and strides == ([(2, 2), (1, 1)] if shared else [(1, 1)])
+
+
+# -- A network input's taps as channels (the host's im2col) ------------------------------------
+
+@given(st.integers(1, 4), st.integers(1, 9), st.integers(1, 9), st.integers(1, 7),
+       st.integers(1, 7), st.tuples(st.integers(1, 2), st.integers(1, 2)),
+       st.tuples(*[st.integers(0, 6)] * 4), st.integers(0, 2**32 - 1))
+def test_input_taps_compute_the_same_accumulators(c, h, w, kh, kw, stride, pads, seed):
+    """Any convolution the instruction set encodes: the 1×1 convolution over its taps gives
+    the int32 accumulators of the original, bit for bit, with random weight and input zero
+    points — and with onnxruntime's u8s8 pair saturation, whose pairs run along the same
+    (ky, kx, c) order."""
+    top, left, bottom, right = pads
+    if not (top < kh and bottom < kh and left < kw and right < kw) \
+            or h + top + bottom < kh or w + left + right < kw:
+        return
+    weight, w_zp, bias, x, x_zp = random_conv_operands(seed, c, h, w, kh, kw)
+    taps = ir.InputTaps("x", (c, h, w), (kh, kw), stride, pads, ir.QType(1.0, x_zp, False))
+    columns = taps.apply(x)
+    assert columns.shape == taps.out_shape and columns.dtype == np.uint8
+    for saturation in (False, True):
+        want = numeric.conv_accumulate(x, x_zp, weight, w_zp, bias, stride, pads,
+                                       u8s8_pair_saturation=saturation)
+        got = numeric.conv_accumulate(columns, x_zp, ir.InputTaps.weight(weight), w_zp, bias,
+                                      u8s8_pair_saturation=saturation)
+        assert np.array_equal(want, got)
+
+
+@pytest.mark.parametrize("config, c, k, stride, pads", [
+    ("kcu1500", 3, 3, 1, [1, 1, 1, 1]),    # YOLO's and VGG's stem
+    ("kcu1500", 3, 3, 2, [1, 1, 1, 1]),    # EfficientNet's and MobileNet's
+    ("kcu1500", 3, 3, 2, [0, 0, 1, 1]),    # TensorFlow's SAME padding
+    ("tiny", 2, 2, 1, [0, 0, 1, 1]),
+    ("tiny", 2, 2, 2, [0, 0, 0, 0]),
+    ("tiny", 1, 2, 1, [1, 1, 1, 1]),
+])
+def test_stem_taps_come_from_the_host(tmp_path, config, c, k, stride, pads):
+    """A convolution over a network input whose taps fit one lane block runs 1×1 over the
+    taps, which the host prologue lays out as channels: the program still equals
+    onnxruntime's model, the prologue's taps are :meth:`~ir.InputTaps.apply`'s of the
+    quantised input, and the cycle model's run is shorter than without the fold, and no
+    longer than with SpaceToDepth instead (a 2×2 stride-2 kernel's SpaceToDepth form is this
+    1×1 convolution)."""
+    config = get_config(config)
+    net = Net((c, 12, 12), seed=5, name="taps")
+    y = net.op("Relu", [net.conv("x", c, 8, k, stride=stride, pads=pads)])
+    path = qdq(tmp_path, net, [net.conv(y, 8, 8, 3)], f"taps{c}{k}{stride}")
+    compiled, same = identical(path, net, config)
+    assert same and compiled.rewrites == ("fold_input_taps",)
+    stem = compiled.graph.nodes[0]
+    assert stem.consts["weight"].shape[1:] == (k * k * c, 1, 1)
+    assert (stem.attrs["stride"], stem.attrs["pads"]) == ((1, 1), (0, 0, 0, 0))
+    plain = compile_model(path, config, PipelineConfig(fold_input_taps=False,
+                                                       space_to_depth=False))
+    source = plain.graph.tensors[plain.program.inputs[0]]
+    taps = ir.InputTaps(source.name, source.shape, (k, k), (stride, stride), tuple(pads),
+                        source.qtype)
+    assert compiled.graph.tensors[compiled.program.inputs[0]].shape == taps.out_shape
+    feeds = {"x": net.samples(1, seed=3)}
+    assert np.array_equal(compiled.quantise_inputs(feeds)[0],
+                          taps.apply(plain.quantise_inputs(feeds)[0]))
+    model = CycleModel(config)
+    cycles = model.run(compiled.program.instructions).cycles
+    assert cycles < model.run(plain.program.instructions).cycles
+    s2d = compile_model(path, config, PipelineConfig(fold_input_taps=False))
+    assert cycles <= model.run(s2d.program.instructions).cycles
+
+
+def test_stem_taps_only_where_they_fit_and_pay(tmp_path):
+    """Taps that would fill more than one lane block (3×3 over one channel on `tiny`'s 8
+    lanes, ResNet's 7×7 over RGB on `kcu1500`), an input another node reads too, and a 1×1
+    convolution all stay as they are."""
+    kcu = get_config("kcu1500")
+    cases = [(TINY, 1, 3, 1, False), (kcu, 3, 7, 2, False), (kcu, 3, 3, 1, True),
+             (TINY, 2, 1, 1, False)]
+    for n, (config, c, k, stride, shared) in enumerate(cases):
+        net = Net((c, 12, 12), seed=6, name="notaps")
+        outputs = [net.conv("x", c, 8, k, stride=stride)] + (
+            [net.conv("x", c, 4, 1, pads=[0, 0, 0, 0])] if shared else [])
+        path = qdq(tmp_path, net, outputs, f"notaps{n}")
+        compiled, same = identical(path, net, config)
+        assert same and "fold_input_taps" not in compiled.rewrites
+        assert not compiled.imported.host.input_taps

@@ -192,6 +192,15 @@ def stem_net():
     return net, [net.conv(x, 16, 8, 3)]
 
 
+def taps_net():
+    """A stem whose taps the host lays out as channels: a 2×2 conv over 2 channels with SAME
+    padding (8 taps, one of `tiny`'s lane blocks) runs 1×1 over the taps, 8 channels at
+    16×16, then ReLU and a 3×3 conv."""
+    net = Net((2, 16, 16), seed=15, name="taps")
+    x = net.op("Relu", [net.conv("x", 2, 16, 2, pads=[0, 0, 1, 1])])
+    return net, [net.conv(x, 16, 8, 3)]
+
+
 def dense_block():
     """DenseNet-121's dense block 1 and transition 1, cut from the builder's graph at a 32×32
     input (8×8 maps): six composite layers BN → ReLU → 1×1 conv → BN → ReLU → 3×3 conv, each
@@ -251,7 +260,7 @@ def pre_activations(model):
 #: exactly these programs (:func:`regression_programs`).
 REGRESSION = (conv_stack, table_net, concat_net, preact_net, wide_net, residual_net, se_net,
               pool_up_net, avg_pool_net, coverage_net, dense_block, shared_head_net, stem_net,
-              chunked_net)
+              chunked_net, taps_net)
 FRAME_REGRESSION = (residual_net, se_net, conv_stack, wide_net, shared_head_net, stem_net,
                     chunked_net)
 
@@ -329,11 +338,13 @@ def run_and_compare(harness, blob):
     (shared_head_net, {ConvKind.NORMAL}),
     (stem_net, {ConvKind.NORMAL}),
     (chunked_net, {ConvKind.NORMAL}),
+    (taps_net, {ConvKind.NORMAL}),
 ])
 def test_image_matches_golden(harness, tmp_path, build, kinds):
     net, outputs = build()
     compiled, blob = compiled_image(tmp_path, net, outputs, harness.config)
     assert {i.conv for i in compiled.program.instructions} == kinds
+    assert ("fold_input_taps" in compiled.rewrites) == (build is taps_net)
     result = run_and_compare(harness, blob)
     groups = len(compiled.program.instructions)
     assert result.counters["CYCLES"] > 0 and len(result.group_cycles) == groups
