@@ -22,9 +22,10 @@ from netbuild import Net
 TINY = get_config("tiny")
 
 
-def qdq(tmp_path, net, outputs, name):
+def qdq(tmp_path, net, outputs, name, signed=False):
     path = tmp_path / f"{name}.onnx"
-    quantize_model(net.model(outputs), path, CalibrationSource.arrays(net.samples(16)))
+    quantize_model(net.model(outputs), path, CalibrationSource.arrays(net.samples(16)),
+                   activation_signed=signed)
     return path
 
 
@@ -329,15 +330,16 @@ def test_input_taps_compute_the_same_accumulators(c, h, w, kh, kw, stride, pads,
         assert np.array_equal(want, got)
 
 
-@pytest.mark.parametrize("config, c, k, stride, pads", [
-    ("kcu1500", 3, 3, 1, [1, 1, 1, 1]),    # YOLO's and VGG's stem
-    ("kcu1500", 3, 3, 2, [1, 1, 1, 1]),    # EfficientNet's and MobileNet's
-    ("kcu1500", 3, 3, 2, [0, 0, 1, 1]),    # TensorFlow's SAME padding
-    ("tiny", 2, 2, 1, [0, 0, 1, 1]),
-    ("tiny", 2, 2, 2, [0, 0, 0, 0]),
-    ("tiny", 1, 2, 1, [1, 1, 1, 1]),
+@pytest.mark.parametrize("config, c, k, stride, pads, signed", [
+    ("kcu1500", 3, 3, 1, [1, 1, 1, 1], False),    # YOLO's and VGG's stem
+    ("kcu1500", 3, 3, 1, [1, 1, 1, 1], True),     # int8 codes: the prologue pads with int8
+    ("kcu1500", 3, 3, 2, [1, 1, 1, 1], False),    # EfficientNet's and MobileNet's
+    ("kcu1500", 3, 3, 2, [0, 0, 1, 1], False),    # TensorFlow's SAME padding
+    ("tiny", 2, 2, 1, [0, 0, 1, 1], False),
+    ("tiny", 2, 2, 2, [0, 0, 0, 0], True),
+    ("tiny", 1, 2, 1, [1, 1, 1, 1], False),
 ])
-def test_stem_taps_come_from_the_host(tmp_path, config, c, k, stride, pads):
+def test_stem_taps_come_from_the_host(tmp_path, config, c, k, stride, pads, signed):
     """A convolution over a network input whose taps fit one lane block runs 1×1 over the
     taps, which the host prologue lays out as channels: the program still equals
     onnxruntime's model, the prologue's taps are :meth:`~ir.InputTaps.apply`'s of the
@@ -347,7 +349,7 @@ def test_stem_taps_come_from_the_host(tmp_path, config, c, k, stride, pads):
     config = get_config(config)
     net = Net((c, 12, 12), seed=5, name="taps")
     y = net.op("Relu", [net.conv("x", c, 8, k, stride=stride, pads=pads)])
-    path = qdq(tmp_path, net, [net.conv(y, 8, 8, 3)], f"taps{c}{k}{stride}")
+    path = qdq(tmp_path, net, [net.conv(y, 8, 8, 3)], f"taps{c}{k}{stride}", signed)
     compiled, same = identical(path, net, config)
     assert same and compiled.rewrites == ("fold_input_taps",)
     stem = compiled.graph.nodes[0]
@@ -359,6 +361,7 @@ def test_stem_taps_come_from_the_host(tmp_path, config, c, k, stride, pads):
     taps = ir.InputTaps(source.name, source.shape, (k, k), (stride, stride), tuple(pads),
                         source.qtype)
     assert compiled.graph.tensors[compiled.program.inputs[0]].shape == taps.out_shape
+    assert source.qtype.signed == signed and source.qtype.zero_point != 0
     feeds = {"x": net.samples(1, seed=3)}
     assert np.array_equal(compiled.quantise_inputs(feeds)[0],
                           taps.apply(plain.quantise_inputs(feeds)[0]))
