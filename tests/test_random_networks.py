@@ -40,7 +40,7 @@ LAYERS = st.one_of(
 
 @st.composite
 def networks(draw):
-    return (draw(st.sampled_from([3, 8, 16])), draw(st.integers(6, 14)),
+    return (draw(st.sampled_from([1, 2, 3, 8, 16])), draw(st.integers(6, 14)),
             draw(st.integers(6, 14)), draw(st.integers(0, 1 << 16)),
             tuple(draw(st.lists(LAYERS, min_size=1, max_size=4))))
 
@@ -57,6 +57,8 @@ EXAMPLES = [
     (3, 8, 9, 0, (("pool", "max"), ("add", None))),
     # An ADD in front of the upsampler: a word waiting out a replay freezes the ADD's pipeline.
     (3, 8, 8, 0, (("conv", (1, 1, 24)), ("add", None), ("up", None))),
+    # A stem over the host's taps (2×2 over two channels), then a strided conv and a pool.
+    (2, 9, 8, 3, (("conv", (3, 2, 8)), ("pool", "max"))),
 ]
 #: Specs rerun on ecp5 as well (``make test`` draws on tiny only): a residual add whose input,
 #: shortcut and output all cross ecp5's narrow DRAM bus, so its reads and writes contend; an
@@ -70,6 +72,7 @@ ECP5_EXAMPLES = [
     # Pooled rows of three channel blocks (a max pool, then an average pool alone): each
     # block's writes are commanded as its own pooled words are out.
     (3, 9, 9, 0, (("up", None), ("conv", (1, 1, 24)), ("pool", "max"), ("pool", "avg"))),
+    (1, 7, 10, 4, (("add", None), ("up", None))),
 ]
 
 
@@ -78,9 +81,11 @@ def build(spec):
     layers that cannot apply (a map too small to pool) are skipped, so every spec builds."""
     c, h, w, seed, layers = spec
     net = Net((c, h, w), seed=seed, name=f"random{seed}")
-    # An opening 3×3 convolution: a Resize of the graph input stays in float in onnxruntime's
-    # QDQ model, and the importer then finds nothing quantised to run.
-    x = net.conv("x", c, 8, 3)
+    # An opening convolution: a Resize of the graph input stays in float in onnxruntime's
+    # QDQ model, and the importer then finds nothing quantised to run. Over one or two
+    # channels it is 2×2 with SAME padding, whose taps fill at most one of `tiny`'s and
+    # `ecp5`'s 8-lane blocks: the host lays them out as channels (`fold_input_taps`).
+    x = net.conv("x", c, 8, 2, pads=[0, 0, 1, 1]) if c <= 2 else net.conv("x", c, 8, 3)
     c = 8
     previous = "conv"
     for kind, arg in layers:
@@ -137,6 +142,7 @@ def check(spec, config_name, tmp_path, refused=None):
             raise
         refused()                             # a clear refusal is not what is tested here
         return
+    assert ("fold_input_taps" in compiled.rewrites) == (spec[0] <= 2)
     run_and_compare(harness, blob)            # golden model and cycle model
     try:
         frame = frame_program(compiled)
