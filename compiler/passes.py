@@ -213,9 +213,11 @@ def space_to_depth_strided_convs(graph: Graph, config: HwConfig) -> tuple[Graph,
 
 
 def _host_rearranges(graph: Graph, tensor: str) -> bool:
-    """Whether a SpaceToDepth of ``tensor`` can run in the host prologue: a network input
-    that one node reads."""
-    return tensor in graph.inputs and len(graph.consumers(tensor)) == 1
+    """Whether a rearrangement of ``tensor`` (its SpaceToDepth or a convolution's taps) can
+    run in the host prologue instead of ``tensor``: a network input that one node reads and
+    that is not itself an output."""
+    return (tensor in graph.inputs and tensor not in graph.outputs
+            and len(graph.consumers(tensor)) == 1)
 
 
 def fold_input_taps(graph: Graph, config: HwConfig) -> tuple[Graph, tuple[InputTaps, ...]]:
@@ -261,7 +263,7 @@ def _input_taps_plan(conv: Node, graph: Graph, config: HwConfig) -> InputTaps | 
         return None
     taps = InputTaps(x.name, x.shape, (kh, kw), conv.attrs["stride"], conv.attrs["pads"],
                      x.qtype)
-    out_h, out_w = taps.out_hw
+    _, out_w = taps.out_hw
     before = row_cycles(False, kh, kw, conv.attrs["stride"][1], out_w, c, o, config)
     after = row_cycles(False, 1, 1, 1, out_w, kh * kw * c, o, config)
     return taps if after < before else None
