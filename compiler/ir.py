@@ -163,8 +163,10 @@ class InputTaps:
     """The window taps of a convolution over a network input, laid out as channels (im2col):
     channel ``(ty·kw + tx)·C + c`` of output pixel ``(i, j)`` is
     ``x[c, sh·i + ty − top, sw·j + tx − left]``, the input's zero point where that falls in
-    the padding. A convolution with ``kh·kw`` taps over ``x`` is then a 1×1 convolution over
-    these codes with the same products."""
+    the padding. A convolution whose whole kernel the taps cover is then a 1×1 convolution
+    over them with the same products; one whose rows they cover (kernel ``(1, kw)``, the
+    convolution's horizontal stride and padding) a ``kh×1`` convolution with its vertical
+    stride and padding (:meth:`weights`)."""
     source: str                        # the network input it is taken of
     shape: tuple[int, int, int]        # the source's (C, H, W)
     kernel: tuple[int, int]            # (kh, kw)
@@ -188,11 +190,18 @@ class InputTaps:
         kh, kw = self.kernel
         return (kh * kw * self.shape[0], *self.out_hw)
 
-    @staticmethod
-    def weight(weight: np.ndarray) -> np.ndarray:
-        """The 1×1 weights over the taps of a ``(O, C, kh, kw)`` kernel."""
-        return np.ascontiguousarray(weight.transpose(0, 2, 3, 1).reshape(weight.shape[0], -1,
-                                                                         1, 1))
+    def weights(self, weight: np.ndarray) -> np.ndarray:
+        """The weights over the taps of a ``(O, C, kh, kw)`` kernel: ``(O, kh·kw·C, 1, 1)``
+        when the taps cover the whole kernel, ``(O, kw·C, kh, 1)`` when they cover its rows."""
+        o, c, kh, kw = weight.shape
+        per_pixel = weight.transpose(0, 2, 3, 1)                        # (O, kh, kw, C)
+        if self.kernel == (kh, kw):
+            return np.ascontiguousarray(per_pixel.reshape(o, kh * kw * c, 1, 1))
+        if self.kernel != (1, kw):
+            raise ValueError(f"taps {self.kernel} cover neither the {kh}×{kw} kernel nor "
+                             "its rows")
+        return np.ascontiguousarray(per_pixel.reshape(o, kh, kw * c).transpose(0, 2, 1)
+                                    [..., None])
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         """The taps of ``x`` (C, H, W) as numpy computes them — the reference the host's

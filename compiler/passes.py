@@ -222,51 +222,68 @@ def _host_rearranges(graph: Graph, tensor: str) -> bool:
 
 def fold_input_taps(graph: Graph, config: HwConfig) -> tuple[Graph, tuple[InputTaps, ...]]:
     """A convolution over a network input with few channels (a stem: 3×3 over RGB) keeps ``C``
-    of the array's ``Ti`` input lanes busy for ``kh·kw`` cycles per pixel. Where its taps fit
-    one lane block (``kh·kw·C ≤ Ti``), the host prologue hands the accelerator the taps as
-    channels instead (:class:`~.ir.InputTaps`, im2col of the 8-bit codes, beside the input's
-    quantisation) and the convolution becomes 1×1, stride 1, unpadded: one cycle per output
-    pixel and block of output channels. Its input is then one lane block at the output's
-    size, so the accelerator reads no more DRAM bytes than the input itself (or its
-    SpaceToDepth). Exact: the same (code, weight) products in the same int32 sum, the
-    padding the input zero point in both. Applies where it takes fewer array cycles, to a
-    network input that only the convolution reads. Returns the graph and the taps, each a
-    new network input (:attr:`~.ir.InputTaps.name`)."""
+    of the array's ``Ti`` input lanes busy for ``kh·kw`` cycles per pixel. The host prologue
+    hands the accelerator the window's taps as channels instead (:class:`~.ir.InputTaps`,
+    im2col of the 8-bit codes, beside the input's quantisation):
+
+    - where the whole kernel's taps fit one lane block (``kh·kw·C ≤ Ti``), the convolution
+      becomes 1×1, stride 1, unpadded: one cycle per output pixel and block of output
+      channels;
+    - else, for a stride-1 convolution whose kernel rows fit (``kw·C ≤ Ti``: ResNet's 7×7 stem
+      after SpaceToDepth, 4×4 over 12 channels), it becomes ``kh×1`` over the rows' taps:
+      ``kh`` cycles instead of ``kh·kw``.
+
+    Either way its input is one lane block per pixel it reads, at most as many as the input
+    had, so the accelerator reads no more DRAM bytes. Exact: the same (code, weight) products
+    in the same int32 sum, the padding the input zero point in both. Applies where it takes
+    fewer array cycles, to a network input that only the convolution reads (run after the
+    SpaceToDepth on the host as well). Returns the graph and the taps, each a new network
+    input (:attr:`~.ir.InputTaps.name`)."""
     folded: list[InputTaps] = []
     nodes, tensors, inputs = [], dict(graph.tensors), list(graph.inputs)
     for node in graph.nodes:
-        taps = _input_taps_plan(node, graph, config)
-        if taps is None:
+        plan = _input_taps_plan(node, graph, config)
+        if plan is None:
             nodes.append(node)
             continue
+        taps, stride, pads = plan
         name = taps.name
         tensors[name] = Tensor(name, taps.out_shape, taps.qtype)
         del tensors[taps.source]
         inputs[inputs.index(taps.source)] = name
         nodes.append(node.replace(
-            inputs=(name,), attrs=dict(node.attrs, stride=(1, 1), pads=(0, 0, 0, 0)),
-            consts=dict(node.consts, weight=InputTaps.weight(node.consts["weight"]))))
+            inputs=(name,), attrs=dict(node.attrs, stride=stride, pads=pads),
+            consts=dict(node.consts, weight=taps.weights(node.consts["weight"]))))
         folded.append(taps)
     if not folded:
         return graph, ()
     return graph.replace(nodes=nodes, tensors=tensors, inputs=inputs), tuple(folded)
 
 
-def _input_taps_plan(conv: Node, graph: Graph, config: HwConfig) -> InputTaps | None:
-    """:func:`fold_input_taps`'s taps of ``conv`` where the fold applies and pays."""
+def _input_taps_plan(conv: Node, graph: Graph, config: HwConfig):
+    """:func:`fold_input_taps`'s taps of ``conv`` and the stride and pads of the convolution
+    over them, where the fold applies and pays."""
     if conv.op != "conv" or conv.attrs["depthwise"] or not _host_rearranges(graph,
                                                                             conv.inputs[0]):
         return None
     x = graph.tensors[conv.inputs[0]]
     o, c, kh, kw = conv.consts["weight"].shape
-    if kh * kw == 1 or kh * kw * c > config.ti:
+    (sh, sw), (top, left, bottom, right) = conv.attrs["stride"], conv.attrs["pads"]
+    if kh * kw * c <= config.ti:
+        taps = InputTaps(x.name, x.shape, (kh, kw), (sh, sw), (top, left, bottom, right),
+                         x.qtype)
+        rows, stride, pads = 1, (1, 1), (0, 0, 0, 0)
+    elif kw * c <= config.ti and (sh, sw) == (1, 1):
+        taps = InputTaps(x.name, x.shape, (1, kw), (1, 1), (0, left, 0, right), x.qtype)
+        rows, stride, pads = kh, (1, 1), (top, 0, bottom, 0)
+    else:
         return None
-    taps = InputTaps(x.name, x.shape, (kh, kw), conv.attrs["stride"], conv.attrs["pads"],
-                     x.qtype)
+    if kh * kw == 1:
+        return None
     _, out_w = taps.out_hw
-    before = row_cycles(False, kh, kw, conv.attrs["stride"][1], out_w, c, o, config)
-    after = row_cycles(False, 1, 1, 1, out_w, kh * kw * c, o, config)
-    return taps if after < before else None
+    before = row_cycles(False, kh, kw, sw, out_w, c, o, config)
+    after = row_cycles(False, rows, 1, 1, out_w, taps.out_shape[0], o, config)
+    return (taps, stride, pads) if after < before else None
 
 
 def space_to_depth_on_host(graph: Graph) -> tuple[Graph, dict[str, str]]:

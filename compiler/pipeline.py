@@ -148,15 +148,21 @@ def compile_model(src, config: HwConfig, pipeline: PipelineConfig = PipelineConf
     def rewritten(name: str, result: Graph, changed) -> Graph:
         if changed:
             check(result)
-            rewrites.append(name)
+            if name not in rewrites:
+                rewrites.append(name)
         return result
 
-    graph = rewritten("split_shared_wide_convs", *split_shared_wide_convs(graph, config))
-    if pipeline.fold_input_taps:
+    def taps_folded(graph: Graph) -> Graph:
+        nonlocal host
+        if not pipeline.fold_input_taps:
+            return graph
         graph, folded = fold_input_taps(graph, config)
-        graph = rewritten("fold_input_taps", graph, folded)
         if folded:
             host = host.with_input_taps(folded)
+        return rewritten("fold_input_taps", graph, folded)
+
+    graph = rewritten("split_shared_wide_convs", *split_shared_wide_convs(graph, config))
+    graph = taps_folded(graph)
     if pipeline.space_to_depth:
         before = rewritten("space_to_depth", *space_to_depth_strided_convs(graph, config))
         graph, moved = space_to_depth_on_host(before)
@@ -164,6 +170,7 @@ def compile_model(src, config: HwConfig, pipeline: PipelineConfig = PipelineConf
         if moved:
             host = host.with_space_to_depth({new: (old, before.tensors[old].shape)
                                              for new, old in moved.items()})
+            graph = taps_folded(graph)      # the rows of a stride-1 stem over SpaceToDepth
     imported = replace(imported, graph=graph, host=host)
     groups = fuse(graph)
     compiled = Compiled(imported, groups, generate(graph, groups, config), pipeline,

@@ -39,9 +39,9 @@ def compile_report(compiled: Compiled, source: str, notes: list[str] = ()) -> st
         f"- DRAM image: {prog.layout.image_bytes} bytes (parameters {len(prog.params)})",
         f"- host before the accelerator: QuantizeLinear of {len(prog.inputs)} input(s)"
         + "".join(f", then {what} into `{name}` ({'x'.join(map(str, shape))})"
-                  for what, names in (("the stem's taps as channels",
-                                       [t.name for t in host.input_taps]),
-                                      ("SpaceToDepth(2)", host.space_to_depth))
+                  for what, names in (("SpaceToDepth(2)", host.space_to_depth),
+                                      ("the stem's taps as channels",
+                                       [t.name for t in host.input_taps]))
                   for name, shape in ((n, compiled.graph.tensors[n].shape) for n in names)),
         f"- host after the accelerator: "
         f"{', '.join(sorted(set(host.epilogue_ops))) or 'nothing'}",

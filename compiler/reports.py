@@ -550,25 +550,23 @@ DEVIATIONS = f"""\
   Table IV's latency, GOPS and MAC efficiency are for the row's policy. GOPS = 2 × conv MACs /
   latency.
 - **Stems.** A convolution over the image keeps 3 of the array's 64 input lanes busy for
-  kh·kw cycles per pixel. Where its taps fit one lane block (kh·kw·C ≤ 64: the 3×3 stems of
-  YOLOv2, YOLOv3, VGG and EfficientNet), the host prologue lays them out as channels beside
-  the input's quantisation (im2col of the 8-bit codes, `passes.fold_input_taps`) and the
-  stem runs as a 1×1 convolution over 27 channels: one cycle per output pixel instead of 9
-  (or 4 after SpaceToDepth). The accelerator then reads one 64-lane block per output pixel,
-  the DRAM bytes of the image itself (or of its SpaceToDepth), but in dense bytes the taps
-  are kh·kw/stride² times the image, and the dense columns count them as the off-chip
-  feature map they are. Where the taps do not fit (the 7×7 stride-2 stem of ResNet and
-  RetinaNet, 147 taps), the compiler runs the stem as SpaceToDepth and a stride-1
-  convolution over 12 channels (4×4: 16 cycles per pixel), bit for bit the same
-  (`passes.space_to_depth_strided_convs`, where that saves a quarter of the array cycles).
-  The SpaceToDepth of the network's input runs in the host prologue too
-  (`passes.space_to_depth_on_host`): like the taps, it only rearranges the 8-bit codes, as
-  TPU input pipelines do for ResNet, so the accelerator reads the image as 12 channels at
-  half the side. The host's time is not in the latency (nor is its quantisation). A
-  SpaceToDepth inside the network is a one-hot 2×2 stride-2 convolution group. Latency,
-  SRAM and DRAM traffic are the program's that runs. GOP, the weights and the
-  everything-once total are the network's as written, so the rewrites' zero taps count
-  against our policies, never for them.
+  kh·kw cycles per pixel. The host prologue lays the stem's taps out as channels beside the
+  input's quantisation (im2col of the 8-bit codes, `passes.fold_input_taps`) where they fit
+  one lane block: the 3×3 stems of YOLOv2, YOLOv3, VGG and EfficientNet (27 taps) run as
+  1×1 convolutions, one cycle per output pixel instead of 9 (or 4 after SpaceToDepth). The
+  7×7 stride-2 stem of ResNet and RetinaNet (147 taps) runs as SpaceToDepth and a stride-1
+  4×4 convolution over 12 channels (`passes.space_to_depth_strided_convs`), whose rows'
+  taps (4 × 12 = 48) fit: the host hands over both rearrangements and the stem runs 4×1
+  over 48 channels, 4 cycles per output pixel instead of 16 (49 for the 7×7 as written).
+  Every form is bit for bit the same, and the accelerator reads one 64-lane block per pixel
+  of its input, no more DRAM bytes than the image itself. In dense bytes the taps are
+  kh·kw/stride² times the image (the rows' taps kw times its SpaceToDepth), and the dense
+  columns count them as the off-chip feature map they are. The host's rearrangements only
+  move 8-bit codes, as TPU input pipelines do for ResNet; their time is not in the latency
+  (nor is the input's quantisation). A SpaceToDepth inside the network is a one-hot 2×2
+  stride-2 convolution group. Latency, SRAM and DRAM traffic are the program's that runs.
+  GOP, the weights and the everything-once total are the network's as written, so the
+  rewrites' zero taps count against our policies, never for them.
 - **MB**: the paper does not say 10⁶ or 2²⁰ bytes; MB here is 10⁶, MiB is also given.
 """
 
@@ -1039,7 +1037,9 @@ def _dense_input_bytes(result: NetworkResult) -> int:
 def _input_form(result: NetworkResult) -> str:
     first = result.compiled.program.instructions[0]
     host = result.compiled.imported.host
-    form = ("the image's stem taps as channels" if host.input_taps else
+    form = ("the stem rows' taps over the image's SpaceToDepth"
+            if host.input_taps and host.space_to_depth else
+            "the image's stem taps as channels" if host.input_taps else
             "the image's SpaceToDepth" if host.space_to_depth else "the image")
     return f"{form}, {first.in_c}×{first.in_h}×{first.in_w}"
 

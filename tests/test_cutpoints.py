@@ -380,10 +380,11 @@ def test_table_ii_resnet50(tmp_path_factory):
     # in buffer 0 (512×28×28), its first 1×1 (131 KB of weights) reads it once with the whole
     # weights in the store. Buffer 1 holds the 1024×14×14 block outputs and the largest
     # weights the store must hold whole: layer2's 3×3 convolutions (9 taps × 2×2 blocks of
-    # 64×64). The 7×7 stem runs as SpaceToDepth and a 4×4 convolution (16 taps × 64×64).
+    # 64×64). The 7×7 stem runs as SpaceToDepth and a 4×1 convolution over the rows' taps
+    # (4 taps × 64×64).
     first_frame = best.policy.modes.index(Reuse.FRAME)
     assert blocks[first_frame].name.startswith("layer3.0.")
-    assert compiled.rewrites == ("space_to_depth", "space_to_depth_on_host")
+    assert compiled.rewrites == ("space_to_depth", "space_to_depth_on_host", "fold_input_taps")
     q = best.requirements
     assert q.weight_buff == 9 * 2 * 2 * 64 * 64
     assert q.buffers == (512 * 28 * 28, 1024 * 14 * 14, 0)

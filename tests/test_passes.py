@@ -260,14 +260,15 @@ def test_stride_two_stem_runs_as_space_to_depth(tmp_path, config, c, k, pads, sh
     outputs = [net.conv(y, 8, 8, 3)] + ([net.conv("x", c, 4, 1, pads=[0, 0, 0, 0])]
                                         if shared else [])
     path = qdq(tmp_path, net, outputs, f"stem{c}{k}{int(shared)}")
-    compiled, same = identical(path, net, config)
+    compiled, same = identical(path, net, config, PipelineConfig(fold_input_taps=False))
     assert same
     moved = [n for n in compiled.graph.nodes if n.name.endswith(".space_to_depth")]
     rearranged = moved[0].output if moved else compiled.program.inputs[0]
     stems = [n for n in compiled.graph.nodes if n.inputs == (rearranged,)]
     assert len(stems) == 1 and stems[0].attrs["stride"] == (1, 1)
     assert stems[0].consts["weight"].shape[1] == 4 * c
-    plain = compile_model(path, config, PipelineConfig(space_to_depth=False))
+    plain = compile_model(path, config, PipelineConfig(space_to_depth=False,
+                                                       fold_input_taps=False))
     added = len(compiled.program.instructions) - len(plain.program.instructions)
     x = compiled.graph.tensors[compiled.program.inputs[0]]
     if shared:
@@ -310,74 +311,99 @@ def test_space_to_depth_only_where_it_saves_cycles(tmp_path):
        st.integers(1, 7), st.tuples(st.integers(1, 2), st.integers(1, 2)),
        st.tuples(*[st.integers(0, 6)] * 4), st.integers(0, 2**32 - 1))
 def test_input_taps_compute_the_same_accumulators(c, h, w, kh, kw, stride, pads, seed):
-    """Any convolution the instruction set encodes: the 1×1 convolution over its taps gives
-    the int32 accumulators of the original, bit for bit, with random weight and input zero
-    points — and with onnxruntime's u8s8 pair saturation, whose pairs run along the same
-    (ky, kx, c) order."""
+    """Any convolution the instruction set encodes: the 1×1 convolution over its taps, and the
+    kh×1 one over its rows' taps, give the int32 accumulators of the original, bit for bit,
+    with random weight and input zero points — and with onnxruntime's u8s8 pair saturation,
+    whose pairs run along the same (ky, kx, c) order in all three."""
     top, left, bottom, right = pads
     if not (top < kh and bottom < kh and left < kw and right < kw) \
             or h + top + bottom < kh or w + left + right < kw:
         return
     weight, w_zp, bias, x, x_zp = random_conv_operands(seed, c, h, w, kh, kw)
-    taps = ir.InputTaps("x", (c, h, w), (kh, kw), stride, pads, ir.QType(1.0, x_zp, False))
-    columns = taps.apply(x)
-    assert columns.shape == taps.out_shape and columns.dtype == np.uint8
-    for saturation in (False, True):
-        want = numeric.conv_accumulate(x, x_zp, weight, w_zp, bias, stride, pads,
-                                       u8s8_pair_saturation=saturation)
-        got = numeric.conv_accumulate(columns, x_zp, ir.InputTaps.weight(weight), w_zp, bias,
-                                      u8s8_pair_saturation=saturation)
-        assert np.array_equal(want, got)
+    q = ir.QType(1.0, x_zp, False)
+    (sh, sw) = stride
+    forms = [  # (taps, the stride and pads of the convolution over them)
+        (ir.InputTaps("x", (c, h, w), (kh, kw), stride, pads, q), (1, 1), (0, 0, 0, 0)),
+        (ir.InputTaps("x", (c, h, w), (1, kw), (1, sw), (0, left, 0, right), q), (sh, 1),
+         (top, 0, bottom, 0)),
+    ]
+    for taps, conv_stride, conv_pads in forms:
+        columns = taps.apply(x)
+        assert columns.shape == taps.out_shape and columns.dtype == np.uint8
+        for saturation in (False, True):
+            want = numeric.conv_accumulate(x, x_zp, weight, w_zp, bias, stride, pads,
+                                           u8s8_pair_saturation=saturation)
+            got = numeric.conv_accumulate(columns, x_zp, taps.weights(weight), w_zp, bias,
+                                          conv_stride, conv_pads,
+                                          u8s8_pair_saturation=saturation)
+            assert np.array_equal(want, got)
 
 
-@pytest.mark.parametrize("config, c, k, stride, pads, signed", [
-    ("kcu1500", 3, 3, 1, [1, 1, 1, 1], False),    # YOLO's and VGG's stem
-    ("kcu1500", 3, 3, 1, [1, 1, 1, 1], True),     # int8 codes: the prologue pads with int8
-    ("kcu1500", 3, 3, 2, [1, 1, 1, 1], False),    # EfficientNet's and MobileNet's
-    ("kcu1500", 3, 3, 2, [0, 0, 1, 1], False),    # TensorFlow's SAME padding
-    ("tiny", 2, 2, 1, [0, 0, 1, 1], False),
-    ("tiny", 2, 2, 2, [0, 0, 0, 0], True),
-    ("tiny", 1, 2, 1, [1, 1, 1, 1], False),
+@pytest.mark.parametrize("config, c, k, stride, pads, signed, rows", [
+    ("kcu1500", 3, 3, 1, [1, 1, 1, 1], False, False),   # YOLO's and VGG's stem
+    ("kcu1500", 3, 3, 1, [1, 1, 1, 1], True, False),    # int8 codes: the prologue pads with int8
+    ("kcu1500", 3, 3, 2, [1, 1, 1, 1], False, False),   # EfficientNet's and MobileNet's
+    ("kcu1500", 3, 3, 2, [0, 0, 1, 1], False, False),   # TensorFlow's SAME padding
+    ("kcu1500", 3, 7, 2, [3, 3, 3, 3], False, True),    # ResNet's: rows after SpaceToDepth
+    ("tiny", 2, 2, 1, [0, 0, 1, 1], False, False),
+    ("tiny", 2, 2, 2, [0, 0, 0, 0], True, False),
+    ("tiny", 1, 2, 1, [1, 1, 1, 1], False, False),
+    ("tiny", 2, 3, 1, [1, 1, 1, 1], False, True),       # 18 taps; a row's 6 fit 8 lanes
+    ("tiny", 1, 3, 1, [1, 0, 1, 2], True, True),
 ])
-def test_stem_taps_come_from_the_host(tmp_path, config, c, k, stride, pads, signed):
+def test_stem_taps_come_from_the_host(tmp_path, config, c, k, stride, pads, signed, rows):
     """A convolution over a network input whose taps fit one lane block runs 1×1 over the
-    taps, which the host prologue lays out as channels: the program still equals
-    onnxruntime's model, the prologue's taps are :meth:`~ir.InputTaps.apply`'s of the
-    quantised input, and the cycle model's run is shorter than without the fold, and no
-    longer than with SpaceToDepth instead (a 2×2 stride-2 kernel's SpaceToDepth form is this
-    1×1 convolution)."""
+    taps, which the host prologue lays out as channels; a stride-1 one whose kernel rows fit
+    (after SpaceToDepth, for a stride-2 stem) runs kh×1 over the rows' taps. The program
+    still equals onnxruntime's model, the prologue's taps are :meth:`~ir.InputTaps.apply`'s
+    of the quantised input as the accelerator would read it otherwise (the image, or its
+    SpaceToDepth for the rows of a stride-2 stem), and the cycle model's
+    run is shorter than without the fold and no longer than with SpaceToDepth alone (a 2×2
+    stride-2 kernel's SpaceToDepth form is the 1×1 convolution)."""
     config = get_config(config)
     net = Net((c, 12, 12), seed=5, name="taps")
     y = net.op("Relu", [net.conv("x", c, 8, k, stride=stride, pads=pads)])
-    path = qdq(tmp_path, net, [net.conv(y, 8, 8, 3)], f"taps{c}{k}{stride}", signed)
+    path = qdq(tmp_path, net, [net.conv(y, 8, 8, 3)], f"taps{c}{k}{stride}{rows}", signed)
     compiled, same = identical(path, net, config)
-    assert same and compiled.rewrites == ("fold_input_taps",)
-    stem = compiled.graph.nodes[0]
-    assert stem.consts["weight"].shape[1:] == (k * k * c, 1, 1)
-    assert (stem.attrs["stride"], stem.attrs["pads"]) == ((1, 1), (0, 0, 0, 0))
+    assert same and "fold_input_taps" in compiled.rewrites
+    unfolded = compile_model(path, config, PipelineConfig(fold_input_taps=False))
     plain = compile_model(path, config, PipelineConfig(fold_input_taps=False,
                                                        space_to_depth=False))
-    source = plain.graph.tensors[plain.program.inputs[0]]
-    taps = ir.InputTaps(source.name, source.shape, (k, k), (stride, stride), tuple(pads),
-                        source.qtype)
-    assert compiled.graph.tensors[compiled.program.inputs[0]].shape == taps.out_shape
+    # Whole kernels fold before SpaceToDepth, rows after it.
+    reference = unfolded if rows else plain
+    source = reference.graph.tensors[reference.program.inputs[0]]
     assert source.qtype.signed == signed and source.qtype.zero_point != 0
+    was = reference.graph.consumers(source.name)[0]
+    new = compiled.graph.consumers(compiled.program.inputs[0])[0]
+    o, _, kh, kw = was.consts["weight"].shape
+    (sh, sw), (top, left, bottom, right) = was.attrs["stride"], was.attrs["pads"]
+    if rows:
+        taps = ir.InputTaps(source.name, source.shape, (1, kw), (1, 1), (0, left, 0, right),
+                            source.qtype)
+        assert new.consts["weight"].shape == (o, kw * source.shape[0], kh, 1)
+        assert (new.attrs["stride"], new.attrs["pads"]) == ((1, 1), (top, 0, bottom, 0))
+    else:
+        taps = ir.InputTaps(source.name, source.shape, (kh, kw), (sh, sw),
+                            (top, left, bottom, right), source.qtype)
+        assert new.consts["weight"].shape == (o, kh * kw * source.shape[0], 1, 1)
+        assert (new.attrs["stride"], new.attrs["pads"]) == ((1, 1), (0, 0, 0, 0))
+    assert compiled.graph.tensors[compiled.program.inputs[0]].shape == taps.out_shape
     feeds = {"x": net.samples(1, seed=3)}
     assert np.array_equal(compiled.quantise_inputs(feeds)[0],
-                          taps.apply(plain.quantise_inputs(feeds)[0]))
+                          taps.apply(reference.quantise_inputs(feeds)[0]))
     model = CycleModel(config)
     cycles = model.run(compiled.program.instructions).cycles
+    assert cycles <= model.run(unfolded.program.instructions).cycles
     assert cycles < model.run(plain.program.instructions).cycles
-    s2d = compile_model(path, config, PipelineConfig(fold_input_taps=False))
-    assert cycles <= model.run(s2d.program.instructions).cycles
 
 
 def test_stem_taps_only_where_they_fit_and_pay(tmp_path):
-    """Taps that would fill more than one lane block (3×3 over one channel on `tiny`'s 8
-    lanes, ResNet's 7×7 over RGB on `kcu1500`), an input another node reads too, and a 1×1
-    convolution all stay as they are."""
+    """Taps whose rows would fill more than one lane block (a 5×5 over 3 channels on
+    `tiny`'s 8 lanes), a stride-2 stem that SpaceToDepth leaves as it is (3×3 over 3
+    channels on `tiny`), an input another node reads too, and a 1×1 convolution all stay as
+    they are."""
     kcu = get_config("kcu1500")
-    cases = [(TINY, 1, 3, 1, False), (kcu, 3, 7, 2, False), (kcu, 3, 3, 1, True),
+    cases = [(TINY, 3, 5, 1, False), (TINY, 3, 3, 2, False), (kcu, 3, 3, 1, True),
              (TINY, 2, 1, 1, False)]
     for n, (config, c, k, stride, shared) in enumerate(cases):
         net = Net((c, 12, 12), seed=6, name="notaps")

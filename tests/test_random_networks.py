@@ -57,8 +57,10 @@ EXAMPLES = [
     (3, 8, 9, 0, (("pool", "max"), ("add", None))),
     # An ADD in front of the upsampler: a word waiting out a replay freezes the ADD's pipeline.
     (3, 8, 8, 0, (("conv", (1, 1, 24)), ("add", None), ("up", None))),
-    # A stem over the host's taps (2×2 over two channels), then a strided conv and a pool.
+    # Stems over the host's taps (2×2 over two channels; the rows of a 3×3 over one), then
+    # a strided conv and a pool.
     (2, 9, 8, 3, (("conv", (3, 2, 8)), ("pool", "max"))),
+    (1, 8, 9, 5, (("conv", (3, 2, 8)), ("pool", "avg"))),
 ]
 #: Specs rerun on ecp5 as well (``make test`` draws on tiny only): a residual add whose input,
 #: shortcut and output all cross ecp5's narrow DRAM bus, so its reads and writes contend; an
@@ -82,10 +84,11 @@ def build(spec):
     c, h, w, seed, layers = spec
     net = Net((c, h, w), seed=seed, name=f"random{seed}")
     # An opening convolution: a Resize of the graph input stays in float in onnxruntime's
-    # QDQ model, and the importer then finds nothing quantised to run. Over one or two
-    # channels it is 2×2 with SAME padding, whose taps fill at most one of `tiny`'s and
-    # `ecp5`'s 8-lane blocks: the host lays them out as channels (`fold_input_taps`).
-    x = net.conv("x", c, 8, 2, pads=[0, 0, 1, 1]) if c <= 2 else net.conv("x", c, 8, 3)
+    # QDQ model, and the importer then finds nothing quantised to run. The host lays out
+    # its taps as channels (`fold_input_taps`) over two channels, where it is 2×2 with SAME
+    # padding (8 taps: one of `tiny`'s and `ecp5`'s 8-lane blocks, a 1×1 convolution), and
+    # over one, where it is 3×3 (its rows' 3 taps: a 3×1 convolution).
+    x = net.conv("x", c, 8, 2, pads=[0, 0, 1, 1]) if c == 2 else net.conv("x", c, 8, 3)
     c = 8
     previous = "conv"
     for kind, arg in layers:

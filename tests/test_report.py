@@ -32,15 +32,15 @@ def report(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def network(report):
-    """ResNet-18 as written: the program runs its 7×7 stem as a 4×4 convolution over the
-    host's SpaceToDepth of the image, but its GOP, weights and everything-once total are the
-    network's."""
+    """ResNet-18 as written: the program runs its 7×7 stem as a 4×1 convolution over the
+    rows' taps of the host's SpaceToDepth of the image, but its GOP, weights and
+    everything-once total are the network's."""
     out, compiled, _ = report
-    assert compiled.rewrites == ("space_to_depth", "space_to_depth_on_host")
+    assert compiled.rewrites == ("space_to_depth", "space_to_depth_on_host", "fold_input_taps")
     plain = compile_model(out / "models" / "resnet18_64.qdq.onnx", KCU,
                           PipelineConfig(space_to_depth=False, fold_input_taps=False))
     assert len(plain.program.instructions) == len(compiled.program.instructions)
-    assert plain.program.instructions[0].in_c == 3 and compiled.program.instructions[0].in_c == 12
+    assert plain.program.instructions[0].in_c == 3 and compiled.program.instructions[0].in_c == 48
     return plain, detect_blocks(plain.graph, plain.groups)
 
 
@@ -92,8 +92,8 @@ def test_sweep_csv_equals_the_memory_functions(report):
 def test_dense_traffic_counts_c_h_w_bytes(report):
     """All row reuse: every feature map in DRAM (the pooled classifier vector may stay on
     chip), so the dense bytes are the sum of C·H·W of every DRAM input, output and shortcut —
-    the image, which the host hands over as SpaceToDepth (12 channels at half the side),
-    counted as 12 channels."""
+    the image, which the host hands over as the rows' taps of its SpaceToDepth (4 × 12
+    channels at half the side), counted as 48 channels."""
     out, compiled, blocks = report
     row = next(r for r in read_csv(out / "resnet18_64.csv") if "all row reuse" in r["note"])
     policy = next(p for p in cut_policies(blocks) if p.label == row["policy"])
@@ -111,8 +111,8 @@ def test_dense_traffic_counts_c_h_w_bytes(report):
             dense += i.out_c * math.prod(layout.conv_output_hw(i))
     assert int(row["dram_fm_dense_B"]) == dense
     first = compiled.program.instructions[0]
-    assert first.in_c == 12 and first.conv == ConvKind.NORMAL
-    assert int(row["dram_fm_B"]) - dense >= (64 - 12) * first.in_h * first.in_w
+    assert first.in_c == 48 and first.conv == ConvKind.NORMAL
+    assert int(row["dram_fm_B"]) - dense >= (64 - 48) * first.in_h * first.in_w
 
 
 def fastest(candidates):
@@ -176,8 +176,8 @@ def test_summary_tables_equal_the_searches(report, network):
     once = all_row.traffic.fm + all_row.traffic.params + sum(weights.values())
     assert all_row.traffic.total == once
     # The program's own all-row run moves fewer bytes than the network's: the host hands over
-    # the image as SpaceToDepth, 12 of the 64 lanes at a quarter of the pixels, where the
-    # network's 3-channel image takes a 64-lane word per pixel.
+    # the image as the rows' taps of its SpaceToDepth, 48 of the 64 lanes at a quarter of the
+    # pixels, where the network's 3-channel image takes a 64-lane word per pixel.
     program_row = next(e for e in sweep.evaluations if set(e.policy.modes) == {Reuse.ROW})
     assert program_row.traffic.fm < all_row.traffic.fm
     macs = sum(conv_macs(i) for i in plain.program.instructions)

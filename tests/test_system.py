@@ -201,6 +201,16 @@ def taps_net():
     return net, [net.conv(x, 16, 8, 3)]
 
 
+def row_taps_net():
+    """A stem whose rows' taps the host lays out as channels: a 3×3 conv over 2 channels (18
+    taps, more than `tiny`'s 8 lanes; a row's 6 fit) runs 3×1 over 6 channels at 16×16,
+    then ReLU, a 2×2 max pool and a 3×3 conv."""
+    net = Net((2, 16, 16), seed=16, name="row_taps")
+    x = net.op("Relu", [net.conv("x", 2, 16, 3)])
+    x = net.op("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    return net, [net.conv(x, 16, 8, 3)]
+
+
 def dense_block():
     """DenseNet-121's dense block 1 and transition 1, cut from the builder's graph at a 32×32
     input (8×8 maps): six composite layers BN → ReLU → 1×1 conv → BN → ReLU → 3×3 conv, each
@@ -260,7 +270,7 @@ def pre_activations(model):
 #: exactly these programs (:func:`regression_programs`).
 REGRESSION = (conv_stack, table_net, concat_net, preact_net, wide_net, residual_net, se_net,
               pool_up_net, avg_pool_net, coverage_net, dense_block, shared_head_net, stem_net,
-              chunked_net, taps_net)
+              chunked_net, taps_net, row_taps_net)
 FRAME_REGRESSION = (residual_net, se_net, conv_stack, wide_net, shared_head_net, stem_net,
                     chunked_net)
 
@@ -339,12 +349,13 @@ def run_and_compare(harness, blob):
     (stem_net, {ConvKind.NORMAL}),
     (chunked_net, {ConvKind.NORMAL}),
     (taps_net, {ConvKind.NORMAL}),
+    (row_taps_net, {ConvKind.NORMAL}),
 ])
 def test_image_matches_golden(harness, tmp_path, build, kinds):
     net, outputs = build()
     compiled, blob = compiled_image(tmp_path, net, outputs, harness.config)
     assert {i.conv for i in compiled.program.instructions} == kinds
-    assert ("fold_input_taps" in compiled.rewrites) == (build is taps_net)
+    assert ("fold_input_taps" in compiled.rewrites) == (build in (taps_net, row_taps_net))
     result = run_and_compare(harness, blob)
     groups = len(compiled.program.instructions)
     assert result.counters["CYCLES"] > 0 and len(result.group_cycles) == groups
