@@ -243,3 +243,22 @@ def test_paper_rows_flag_their_own_inconsistencies():
     assert implied[("yolov3", 416, "Table IV")] < 0
     assert abs(implied[("retinanet", 512, "Table IV")]) < 0.5
     assert abs(implied[("efficientnet_b1", 768, "Table VI")]) < 0.5
+
+
+def test_stem_taps_note_counts_the_image_instead(report):
+    """The summary's note on the stem's taps: ResNet-18 reads the rows' taps of its image's
+    SpaceToDepth (48 channels at 32×32), and its reduction with the image counted instead
+    is the reduction of the same policy on the program compiled without the taps."""
+    out, _, _ = report
+    result = reports.run_study(reports.resolve_studies(["resnet18"], 64)[0], KCU,
+                               out / "models")
+    e = result.policy("config", "latency")
+    note = reports._input_taps_note(result, e)
+    assert "stem's taps (48×32×32" in note
+    unfolded = compile_model(out / "models" / "resnet18_64.qdq.onnx", KCU,
+                             PipelineConfig(fold_input_taps=False))
+    same = evaluate(unfolded, detect_blocks(unfolded.graph, unfolded.groups), e.policy,
+                    Budget.of(KCU))
+    assert same.traffic.fm_dense < e.traffic.fm_dense
+    reduction = 1 - (same.traffic.fm_dense + same.traffic.weights_dense) / result.once[1]
+    assert f"the reduction would be {reduction:.2%}" in note
