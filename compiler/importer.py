@@ -152,31 +152,28 @@ class HostPlan:
 
     def with_input_taps(self, folded: Sequence[InputTaps]) -> "HostPlan":
         """The plan whose prologue also hands out convolution taps, each as the accelerator
-        input :attr:`~.ir.InputTaps.name` in place of its source. Built from Pad (with the zero point's code),
-        one strided Slice per tap and a Concat, which onnxruntime runs on 8-bit codes."""
+        input :attr:`~.ir.InputTaps.name` in place of its source. Built from Pad (with the
+        zero point's code), one strided Slice per tap (:meth:`~.ir.InputTaps.windows`) and a
+        Concat, which onnxruntime runs on 8-bit codes."""
         def im2col(new: str, taps: InputTaps):
-            (kh, kw), (sh, sw), (top, left, bottom, right) = taps.kernel, taps.stride, taps.pads
-            oh, ow = taps.out_hw
+            top, left, bottom, right = taps.pads
             pads = numpy_helper.from_array(
                 np.array([0, 0, top, left, 0, 0, bottom, right], np.int64), f"{new}.pads")
             zero = numpy_helper.from_array(np.array(taps.qtype.zero_point, taps.qtype.dtype),
                                            f"{new}.zero_point")
             consts, nodes = [pads, zero], [onnx.helper.make_node(
                 "Pad", [taps.source, pads.name, zero.name], [f"{new}.padded"])]
-            for ty in range(kh):
-                for tx in range(kw):
-                    tap = f"{new}.tap{ty}_{tx}"
-                    bounds = [numpy_helper.from_array(np.array(v, np.int64), f"{tap}.{what}")
-                              for what, v in (("starts", [ty, tx]),
-                                              ("ends", [ty + sh * (oh - 1) + 1,
-                                                        tx + sw * (ow - 1) + 1]),
-                                              ("axes", [2, 3]), ("steps", [sh, sw]))]
-                    consts += bounds
-                    nodes.append(onnx.helper.make_node(
-                        "Slice", [f"{new}.padded", *(b.name for b in bounds)], [tap]))
-            nodes.append(onnx.helper.make_node(
-                "Concat", [f"{new}.tap{ty}_{tx}" for ty in range(kh) for tx in range(kw)],
-                [new], axis=1))
+            tap_names = []
+            for k, ((y0, y1), (x0, x1)) in enumerate(taps.windows()):
+                tap = f"{new}.tap{k}"
+                bounds = [numpy_helper.from_array(np.array(v, np.int64), f"{tap}.{what}")
+                          for what, v in (("starts", [y0, x0]), ("ends", [y1, x1]),
+                                          ("axes", [2, 3]), ("steps", list(taps.stride)))]
+                consts += bounds
+                nodes.append(onnx.helper.make_node(
+                    "Slice", [f"{new}.padded", *(b.name for b in bounds)], [tap]))
+                tap_names.append(tap)
+            nodes.append(onnx.helper.make_node("Concat", tap_names, [new], axis=1))
             return consts, nodes, taps.out_shape
         return replace(self, prologue=self._rearranged(
             {taps.name: im2col(taps.name, taps) for taps in folded},

@@ -203,15 +203,22 @@ class InputTaps:
         return np.ascontiguousarray(per_pixel.reshape(o, kh, kw * c).transpose(0, 2, 1)
                                     [..., None])
 
+    def windows(self) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+        """Each tap's (start, end) rows and columns in the padded input, in channel order;
+        rows step by ``sh``, columns by ``sw``."""
+        (kh, kw), (sh, sw) = self.kernel, self.stride
+        oh, ow = self.out_hw
+        return [((ty, ty + sh * (oh - 1) + 1), (tx, tx + sw * (ow - 1) + 1))
+                for ty in range(kh) for tx in range(kw)]
+
     def apply(self, x: np.ndarray) -> np.ndarray:
         """The taps of ``x`` (C, H, W) as numpy computes them — the reference the host's
         onnxruntime prologue is tested against."""
-        (kh, kw), (sh, sw), (top, left, bottom, right) = self.kernel, self.stride, self.pads
-        oh, ow = self.out_hw
+        (sh, sw), (top, left, bottom, right) = self.stride, self.pads
         padded = np.pad(x, ((0, 0), (top, bottom), (left, right)),
                         constant_values=self.qtype.zero_point)
-        return np.concatenate([padded[:, ty:ty + sh * (oh - 1) + 1:sh, tx:tx + sw * (ow - 1) + 1:sw]
-                               for ty in range(kh) for tx in range(kw)])
+        return np.concatenate([padded[:, y0:y1:sh, x0:x1:sw]
+                               for (y0, y1), (x0, x1) in self.windows()])
 
 
 def space_to_depth_conv(name: str, source: str, output: str, channels: int) -> Node:

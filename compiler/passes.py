@@ -269,16 +269,15 @@ def _input_taps_plan(conv: Node, graph: Graph, config: HwConfig):
     x = graph.tensors[conv.inputs[0]]
     o, c, kh, kw = conv.consts["weight"].shape
     (sh, sw), (top, left, bottom, right) = conv.attrs["stride"], conv.attrs["pads"]
+    if kh * kw == 1:
+        return None
     if kh * kw * c <= config.ti:
-        taps = InputTaps(x.name, x.shape, (kh, kw), (sh, sw), (top, left, bottom, right),
-                         x.qtype)
+        taps = InputTaps(x.name, x.shape, (kh, kw), (sh, sw), conv.attrs["pads"], x.qtype)
         rows, stride, pads = 1, (1, 1), (0, 0, 0, 0)
-    elif kw * c <= config.ti and (sh, sw) == (1, 1):
+    elif kw > 1 and kw * c <= config.ti and (sh, sw) == (1, 1):
         taps = InputTaps(x.name, x.shape, (1, kw), (1, 1), (0, left, 0, right), x.qtype)
         rows, stride, pads = kh, (1, 1), (top, 0, bottom, 0)
     else:
-        return None
-    if kh * kw == 1:
         return None
     _, out_w = taps.out_hw
     before = row_cycles(False, kh, kw, sw, out_w, c, o, config)
