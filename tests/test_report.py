@@ -262,3 +262,24 @@ def test_stem_taps_note_counts_the_image_instead(report):
     assert same.traffic.fm_dense < e.traffic.fm_dense
     reduction = 1 - (same.traffic.fm_dense + same.traffic.weights_dense) / result.once[1]
     assert f"the reduction would be {reduction:.2%}" in note
+
+
+def test_reduction_ceiling_is_reached_with_every_map_on_chip(report):
+    """The ceiling counts the network's input and outputs off chip, every weight once, and
+    nothing else: on ResNet-18 as written, the unlimited sweep's all-frame policy moves exactly
+    those feature-map bytes and reaches it, and no policy exceeds it."""
+    out, _, _ = report
+    result = reports.run_study(reports.resolve_studies(["resnet18"], 64)[0], KCU,
+                               out / "models")
+    base = result.network
+    assert base.unavoidable_fm_dense == 3 * 64 * 64 + 1000
+    weights = result.weights_once[1]
+    ceiling = reports.reduction_ceiling(result, weights / reports.MB)
+    sweep = search(base.compiled, Budget.unlimited(), objective="dram", blocks=base.blocks)
+    reductions = {e.policy.label: 1 - (e.traffic.fm_dense + e.traffic.weights_dense)
+                  / result.once[1] for e in sweep.feasible}
+    assert max(reductions.values()) == pytest.approx(ceiling, abs=1e-12)
+    best = min(sweep.feasible, key=lambda e: e.traffic.fm_dense)
+    assert best.traffic.fm_dense == base.unavoidable_fm_dense
+    assert best.traffic.weights_dense == weights
+    assert best.policy.label == "L=0" and len(reductions) > 2
