@@ -105,6 +105,17 @@ def wide_net():
     return net, [net.conv(x, 128, 64, 3)]
 
 
+def head_stream_net():
+    """PP-LCNet's head in small: a global average pool, then a 1×1 convolution with 128 → 640
+    channels (80 KiB of weights, more than the tiny and ecp5 weight stores) over the one
+    pixel, whose weights stream a word per set: each set leaves its bank for the weight
+    buffer's output register before the array takes it."""
+    net = Net((16, 4, 4), seed=16, name="headstream")
+    x = net.op("Relu", [net.conv("x", 16, 128, 1, pads=[0, 0, 0, 0])])
+    x = net.op("GlobalAveragePool", [x])
+    return net, [net.conv(x, 128, 640, 1, pads=[0, 0, 0, 0])]
+
+
 def chunked_net():
     """A 3×3 convolution with 128 → 128 channels (144 KiB of weights) between two 1×1 ones: in
     frame reuse with its maps on chip it takes its weights in double-buffered chunks of three
@@ -270,7 +281,7 @@ def pre_activations(model):
 #: exactly these programs (:func:`regression_programs`).
 REGRESSION = (conv_stack, table_net, concat_net, preact_net, wide_net, residual_net, se_net,
               pool_up_net, avg_pool_net, coverage_net, dense_block, shared_head_net, stem_net,
-              chunked_net, taps_net, row_taps_net)
+              chunked_net, taps_net, row_taps_net, head_stream_net)
 FRAME_REGRESSION = (residual_net, se_net, conv_stack, wide_net, shared_head_net, stem_net,
                     chunked_net)
 
@@ -350,6 +361,7 @@ def run_and_compare(harness, blob):
     (chunked_net, {ConvKind.NORMAL}),
     (taps_net, {ConvKind.NORMAL}),
     (row_taps_net, {ConvKind.NORMAL}),
+    (head_stream_net, {ConvKind.NORMAL}),
 ])
 def test_image_matches_golden(harness, tmp_path, build, kinds):
     net, outputs = build()
