@@ -136,32 +136,39 @@ def test_comparison_reports_disagreements(compiled):
 
 
 def test_tolerances_relative_or_a_few_cycles():
-    """A group passes within GROUP_TOLERANCE of the RTL's cycles or GROUP_SLACK cycles, the
-    run within RUN_TOLERANCE; one cycle beyond either fails."""
+    """By default the model must be exact: one cycle off in a group fails. Looser limits
+    pass a group within ``group_tolerance`` of the RTL's cycles or ``group_slack`` cycles,
+    the run within ``run_tolerance``; one cycle beyond either fails."""
     def run_of(*cycles):
         return ModelRun(get_config("tiny"), [GroupTiming(k, c, 0, 0, Reuse.ROW, 0, c, "mac")
                                              for k, c in enumerate(cycles)])
 
-    def problems(model, measured):
+    def problems(model, measured, **limits):
         return compare(run_of(*model), measured, [0] * len(measured),
-                       [0] * len(measured)).problems()
+                       [0] * len(measured)).problems(**limits)
 
-    big = 100_000                                  # dilutes the run error
-    small = 200                                    # GROUP_SLACK is above its relative limit
-    assert GROUP_SLACK > small * GROUP_TOLERANCE
-    assert problems([small + GROUP_SLACK, big], [small, big]) == []
-    assert "group 0" in problems([small + GROUP_SLACK + 1, big], [small, big])[0]
+    assert GROUP_TOLERANCE == GROUP_SLACK == RUN_TOLERANCE == 0
+    big = 100_000
+    assert problems([200, big], [200, big]) == []
+    assert "group 0" in problems([201, big], [200, big])[0]
+    assert "group 1" in problems([200, big - 1], [200, big])[0]
+    assert [p for p in problems([200, big + 1], [200, big]) if p.startswith("run")]
+
+    limits = dict(group_tolerance=0.005, group_slack=4, run_tolerance=0.0025)
+    small = 200                                    # the slack is above its relative limit
+    assert problems([small + 4, big], [small, big], **limits) == []
+    assert "group 0" in problems([small + 5, big], [small, big], **limits)[0]
     large = 10_000                                 # its relative limit is above the slack
-    limit = int(large * GROUP_TOLERANCE)
-    assert limit > GROUP_SLACK
-    assert problems([large - limit, big * 10], [large, big * 10]) == []
-    assert "group 0" in problems([large - limit - 1, big * 10], [large, big * 10])[0]
-    # the run: every group within its own limit, the sum beyond RUN_TOLERANCE
+    limit = int(large * 0.005)
+    assert problems([large - limit, big * 10], [large, big * 10], **limits) == []
+    assert "group 0" in problems([large - limit - 1, big * 10], [large, big * 10],
+                                 **limits)[0]
+    # the run: every group within its own limit, the sum beyond run_tolerance
     n = 40
-    off = int(large * RUN_TOLERANCE) + 1
-    assert off <= limit
-    assert [p for p in problems([large + off] * n, [large] * n) if p.startswith("run")]
-    assert problems([large + off - 1] * n, [large] * n) == []
+    off = int(large * 0.0025) + 1
+    assert [p for p in problems([large + off] * n, [large] * n, **limits)
+            if p.startswith("run")]
+    assert problems([large + off - 1] * n, [large] * n, **limits) == []
 
 
 @pytest.mark.parametrize("name", ["tiny", "ecp5", "kcu1500"])

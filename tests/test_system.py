@@ -116,6 +116,17 @@ def head_stream_net():
     return net, [net.conv(x, 128, 640, 1, pads=[0, 0, 0, 0])]
 
 
+def add_stream_net():
+    """MobileNetV2's last inverted residual in small: 160 → 960 → 160 channels by 1×1
+    convolutions over one pixel, both streaming their weights (150 KiB each), the second
+    adding the block's input: each output block is written as its last pass ends, once its
+    shortcut words are in."""
+    net = Net((16, 1, 1), seed=5, name="addstream")
+    a = net.conv("x", 16, 160, 1, pads=[0, 0, 0, 0])
+    b = net.op("Relu", [net.conv(a, 160, 960, 1, pads=[0, 0, 0, 0])])
+    return net, [net.op("Add", [net.conv(b, 960, 160, 1, pads=[0, 0, 0, 0]), a])]
+
+
 def chunked_net():
     """A 3×3 convolution with 128 → 128 channels (144 KiB of weights) between two 1×1 ones: in
     frame reuse with its maps on chip it takes its weights in double-buffered chunks of three
@@ -281,7 +292,7 @@ def pre_activations(model):
 #: exactly these programs (:func:`regression_programs`).
 REGRESSION = (conv_stack, table_net, concat_net, preact_net, wide_net, residual_net, se_net,
               pool_up_net, avg_pool_net, coverage_net, dense_block, shared_head_net, stem_net,
-              chunked_net, taps_net, row_taps_net, head_stream_net)
+              chunked_net, taps_net, row_taps_net, head_stream_net, add_stream_net)
 FRAME_REGRESSION = (residual_net, se_net, conv_stack, wide_net, shared_head_net, stem_net,
                     chunked_net)
 
@@ -362,6 +373,7 @@ def run_and_compare(harness, blob):
     (taps_net, {ConvKind.NORMAL}),
     (row_taps_net, {ConvKind.NORMAL}),
     (head_stream_net, {ConvKind.NORMAL}),
+    (add_stream_net, {ConvKind.NORMAL}),
 ])
 def test_image_matches_golden(harness, tmp_path, build, kinds):
     net, outputs = build()
