@@ -5,7 +5,7 @@ SCRATCH); on-chip placement and frame reuse come from the memory optimizer when 
 parameter section holds, per group, the packed weights and the parameter block of
 :func:`sfnpu.layout.param_sections`; identical blobs are stored once, so groups sharing a
 weight tensor read the same bytes, and a group whose weights the weight store still holds
-from the group before gets ``weights_held`` (:func:`sfnpu.hw.limits.with_held_weights`).
+from the group before gets ``weights_held`` (:func:`sfnpu.limits.with_held_weights`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from sfnpu import image, isa, layout, numeric
 from sfnpu.config import HwConfig
-from sfnpu.hw.limits import overflows, with_held_weights
+from sfnpu.limits import overflows, with_held_weights
 from sfnpu.isa import Activation, ActOrder, ConvKind, Eltwise, Instruction, Pool, Reuse
 
 from .groups import Group

@@ -20,7 +20,7 @@ chunks of whole output blocks, copies the input into the staging area during the
 and reads it there in the later ones (when there is one chunk it reads DRAM once anyway; the
 allocation reserves the area whenever the paper's one-block-at-a-time schedule would need it).
 The staging area is fixed by rule so that the instruction alone determines it
-(:func:`staging`, :func:`sfnpu.hw.limits.staging_buffer`): offset 0 of the lowest-numbered
+(:func:`staging`, :func:`sfnpu.limits.staging_buffer`): offset 0 of the lowest-numbered
 buffer that holds neither the group's output nor its shortcut.
 
 :func:`allocate` places on-chip tensors in buffers {0, 1, 2} greedily in group order (first fit
@@ -42,7 +42,7 @@ from typing import Mapping, Sequence
 
 from sfnpu import isa, layout
 from sfnpu.config import DEVICES, HwConfig, ROW_BUFFER_ROWS
-from sfnpu.hw.limits import (HeldWeights, loads_whole_weights, overflows, prefetch_fits,
+from sfnpu.limits import (HeldWeights, loads_whole_weights, overflows, prefetch_fits,
                              stages_input, staging_buffer, staging_location,
                              weight_store_after, weight_reads, with_held_weights)
 from sfnpu.isa import ConvKind, Eltwise, Instruction, Location, MemSpace, Reuse
@@ -129,7 +129,7 @@ def needs_staging(instr: Instruction, config: HwConfig) -> bool:
     """Whether the allocation reserves a staging area for a frame-mode group's DRAM input.
 
     A normal convolution with several output-channel blocks runs over its input once per
-    chunk of blocks whose weights the store holds (:func:`sfnpu.hw.limits.stages_input`).
+    chunk of blocks whose weights the store holds (:func:`sfnpu.limits.stages_input`).
     DRAM delivers the input once either way: staged on chip when the weights take several
     chunks, or read once when the store holds the whole weights (one chunk). The allocation
     takes the cheaper: the staging area when the weights are larger than the input, else the

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from sfnpu import isa, layout
 from sfnpu.config import HwConfig
 from sfnpu.isa import Instruction, Location, MemSpace, Reuse
-from sfnpu.hw.limits import with_held_weights
+from sfnpu.limits import with_held_weights
 
 from .blocks import GroupGraph, operands
 from .codegen import Program, generate

@@ -12,7 +12,7 @@ import numpy as np
 from sfnpu import numeric
 from sfnpu.config import HwConfig
 from sfnpu.hw.conv_array import row_cycles
-from sfnpu.hw.limits import StoreSizes
+from sfnpu.limits import StoreSizes
 
 from .groups import weight_key
 from .ir import (Graph, InputTaps, Node, QType, Tensor, check, is_space_to_depth_conv,

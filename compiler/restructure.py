@@ -19,7 +19,7 @@ hold (:func:`memory_profile`). The restructuring lowers the peak in three steps:
 The new schedule runs the branches as one block placed where the set stood (a stable topological
 order), and :class:`Restructured` carries the peak, the operation count (the halos are computed
 by several branches) and the profile before and after. Equivalence with the original graph is
-checked on the golden model by :mod:`.restructure_check`.
+checked on the golden model by :mod:`sfnpu.studies.restructuring_check`.
 
 Modelling choices (the paper leaves them open): fork windows are read in place and join tiles
 written in place — the accelerator addresses rows by offset and concatenates by writing at an

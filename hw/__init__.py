@@ -1,1 +1,2 @@
-"""x"""
+"""The accelerator in Amaranth HDL: datapath blocks, the group controller, DMA, CSRs, and the
+board tops."""

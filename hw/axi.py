@@ -14,6 +14,8 @@ from __future__ import annotations
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from sfnpu.bus import Resp
+
 __all__ = ["Resp", "Burst", "BOUNDARY_BYTES", "MAX_BURST", "address_layout",
            "Axi4Signature", "AxiLiteSignature"]
 
@@ -21,13 +23,6 @@ __all__ = ["Resp", "Burst", "BOUNDARY_BYTES", "MAX_BURST", "address_layout",
 BOUNDARY_BYTES = 4096
 #: AXI4 INCR bursts are 1..256 beats (AxLEN = beats − 1).
 MAX_BURST = 256
-
-
-class Resp(enum.Enum, shape=2):
-    OKAY = 0
-    EXOKAY = 1
-    SLVERR = 2
-    DECERR = 3
 
 
 class Burst(enum.Enum, shape=2):

@@ -115,7 +115,7 @@ from .conv_array import array_latency, depthwise_taps
 from .csr import ControlSignature
 from .datapath import ConvDatapath
 from .dma import Direction, DmaEngine
-from .limits import StoreSizes
+from sfnpu.limits import StoreSizes
 from .requant import Requantizer
 
 __all__ = ["GroupController", "INSTRUCTION_BYTES", "POST_WORDS", "RESULT_FIFO_DEPTH",
@@ -173,7 +173,7 @@ class GroupController(wiring.Component):
     addr_width : int
         Bus address bits.
 
-    Every store is sized by :class:`~sfnpu.hw.limits.StoreSizes`, whose :func:`overflows`
+    Every store is sized by :class:`~sfnpu.limits.StoreSizes`, whose :func:`overflows`
     states the ``BUFFER_OVERFLOW`` checks below for the compiler.
 
     Signature
@@ -354,7 +354,7 @@ class GroupController(wiring.Component):
             for reader in (0, 1):
                 buffer_read[reader].append(mem.read_port())
             buffer_write.append(mem.write_port())
-        # Input staging (sfnpu.hw.limits.stages_input): a frame-reuse convolution taken in
+        # Input staging (sfnpu.limits.stages_input): a frame-reuse convolution taken in
         # several output-channel chunks copies its DRAM input into the staging buffer (offset
         # 0 of the lowest buffer holding neither output nor shortcut) during the first chunk,
         # and the later chunks read it there: DRAM delivers the input once.

@@ -78,7 +78,7 @@ from amaranth.hdl import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from sfnpu.config import ROW_BUFFER_ROWS, HwConfig
+from sfnpu.config import ROW_BUFFER_ROWS, HwConfig, depthwise_taps
 
 from .mac import OPERAND_BITS, PRODUCT_BITS, SharedMac
 
@@ -98,11 +98,6 @@ def _check(config: HwConfig):
     if config.ti != config.to:
         raise ValueError(f"config {config.name!r}: the convolution datapath needs ti == to "
                          f"(got ti={config.ti}, to={config.to})")
-
-
-def depthwise_taps(config: HwConfig) -> int:
-    """Kernel taps per channel and cycle in depthwise mode (``Ti/2``: half a MAC row)."""
-    return config.ti // 2
 
 
 def window_step_layout(config: HwConfig) -> data.StructLayout:

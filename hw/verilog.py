@@ -72,7 +72,7 @@ def _ports(component: wiring.Component) -> dict:
 
 
 def to_verilog(component: wiring.Component, name: str) -> str:
-    from sfnpu.tb.verilator import ensure_yosys
+    from .toolchain import ensure_yosys
     ensure_yosys()
     return verilog.convert(component, name=name, ports=_ports(component), emit_src=False)
 
@@ -103,7 +103,7 @@ def lint_command(path, top: str) -> list[str]:
 
 def lint(path, top: str) -> subprocess.CompletedProcess:
     """``verilator --lint-only -Wall`` with :data:`LINT_WAIVERS`; warnings fail (exit ≠ 0)."""
-    from sfnpu.tb.verilator import verilator_env
+    from .toolchain import verilator_env
     return subprocess.run(lint_command(path, top), env=verilator_env(), capture_output=True,
                           text=True)
 

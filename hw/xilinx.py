@@ -162,7 +162,7 @@ class _AxiTopPlatform(XilinxPlatform):
 
 def write_vivado_project(board: str, out_dir, *, config: HwConfig | None = None, log=print):
     """Write the Vivado project for ``board`` into ``out_dir``; returns the file list."""
-    from sfnpu.tb.verilator import ensure_yosys
+    from .toolchain import ensure_yosys
 
     ensure_yosys()          # Amaranth writes the project's Verilog with Yosys
     part, description = XILINX_BOARDS[board]

@@ -82,7 +82,7 @@ class HwConfig:
     dram_bandwidth_gbps: float       # sustained DRAM bandwidth (an assumption; reports state it)
     dram_max_burst: int = 256        # beats per AXI4 INCR burst
     device: str | None = None        # key of DEVICES, or None for simulation-only configs
-    # Controller stores beside the buffers (sfnpu.hw.limits.overflows states what they bound):
+    # Controller stores beside the buffers (sfnpu.limits.overflows states what they bound):
     max_channels: int = 2048         # output channels of one group (bias, multiplier stores)
     max_table_channels: int = 256    # input channels one group's input tables cover
     pool_row_pixels: int = 2048      # pixels × channel blocks of a pooled/upsampled row
@@ -267,6 +267,11 @@ CONFIGS: dict[str, HwConfig] = {
         # input tables over up to 1024 channels.
         max_channels=4096, max_table_channels=1024),
 }
+
+
+def depthwise_taps(config: HwConfig) -> int:
+    """Kernel taps per channel and cycle in depthwise mode (``Ti/2``: half a MAC row)."""
+    return config.ti // 2
 
 
 def get_config(name: str) -> HwConfig:

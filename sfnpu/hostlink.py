@@ -1,5 +1,5 @@
 """The board's host link protocol: one definition for the UART bridge gateware
-(:mod:`sfnpu.hw.uart_bridge`) and the host tool (:mod:`sfnpu.board`).
+(:mod:`sfnpu.hw.uart_bridge`) and the host tool (:mod:`sfnpu.tools.board`).
 
 Every request is a command byte followed by a fixed header (little-endian fields); every
 request gets a reply that ends with one :class:`Status` byte:
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from amaranth.lib import enum
 
-from .hw.axi import Resp
+from .bus import Resp
 
 __all__ = ["LINK_VERSION", "Command", "Status", "HEADER_BYTES", "MAX_COUNT"]
 

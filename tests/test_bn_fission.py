@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from sfnpu.compiler import bn_fission as bf
+from sfnpu.studies import bn_fission as bf
 
 
 def _model(nodes, inits, out_shape, in_shape=(1, 2, 4, 4), name="tiny"):
@@ -169,7 +169,7 @@ def test_densenet121_layers_from_builder(study):
 
 
 def test_concat_forms_have_equal_forward_bytes():
-    from sfnpu.compiler import builders
+    from sfnpu.models import builders
 
     built = bf.net_from_onnx(builders.densenet121(64))
     inc, changed = bf.incremental_concat(built)

@@ -1,4 +1,4 @@
-"""The board top in simulation: the host tool (sfnpu.board) runs a compiled image over the UART
+"""The board top in simulation: the host tool (sfnpu.tools.board) runs a compiled image over the UART
 link of the Verilated BoardSystem (UART receiver/transmitter, bridge, block RAM, accelerator)
 and gets the golden model's DRAM back; protocol errors are answered, not hung on."""
 
@@ -7,7 +7,7 @@ import functools
 import pytest
 
 from sfnpu import image
-from sfnpu.board import BoardRunner, LinkError, UartLink
+from sfnpu.tools.board import BoardRunner, LinkError, UartLink
 from sfnpu.hw.ulx3s import MEMORY_BYTES, ulx3s_config
 from sfnpu.hostlink import Command, Status
 from sfnpu.regmap import ErrorCode

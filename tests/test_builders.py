@@ -38,7 +38,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from sfnpu.compiler import builders as B
+from sfnpu.models import builders as B
 
 NAMES = ["resnet18", "resnet50", "resnet152", "vgg16", "mobilenet_v2", "efficientnet_b1",
          "inception_v3", "squeezenet1_1", "densenet121", "yolov2", "yolov3", "retinanet"]

@@ -7,7 +7,7 @@ import pytest
 
 from sfnpu import cli
 from sfnpu.config import get_config
-from sfnpu.examples import sample_image
+from examples import sample_image
 
 
 def run(capsys, *argv):

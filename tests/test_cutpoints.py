@@ -17,8 +17,8 @@ from sfnpu.compiler.cutpoints import (LATENCY_TIE, NoFeasiblePolicy, conv_macs, 
                                       single_cut_policies)
 from sfnpu.compiler.memory import (Budget, Policy, allocate, apply_policy, check_program,
                                    long_path_tensors, place, traffic)
-from sfnpu.compiler.memory_report import minimum_sram, study_model
-from sfnpu.compiler.paper_reference import TABLE_II
+from sfnpu.studies.networks import minimum_sram, study_model
+from sfnpu.studies.paper_reference import TABLE_II
 from sfnpu.compiler.pipeline import compile_model
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config

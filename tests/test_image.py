@@ -9,7 +9,7 @@ import pytest
 
 from sfnpu import image, isa
 from sfnpu.config import CONFIGS, get_config
-from sfnpu.examples import sample_image
+from examples import sample_image
 from sfnpu.image import HEADER, SECTION, ImageError, SectionKind
 
 TINY = get_config("tiny")

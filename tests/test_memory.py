@@ -11,7 +11,7 @@ import onnx
 import pytest
 
 from sfnpu import isa, layout
-from sfnpu.compiler import builders
+from sfnpu.models import builders
 from sfnpu.compiler.blocks import BlockKind, detect_blocks
 from sfnpu.compiler.codegen import CodegenError
 from sfnpu.compiler.cutpoints import evaluate, evaluation_config
@@ -21,7 +21,7 @@ from sfnpu.compiler.memory import (WEIGHT_READS, AllocationError, Budget, Policy
 from sfnpu.compiler.pipeline import compile_model, run_onnxruntime
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
-from sfnpu.hw.limits import chunk_blocks, overflows, store_words, with_held_weights
+from sfnpu.limits import chunk_blocks, overflows, store_words, with_held_weights
 from sfnpu.isa import MemSpace, Reuse
 from sfnpu.sim.cycle import CycleModel
 from sfnpu.sim.golden import GoldenModel

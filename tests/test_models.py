@@ -5,7 +5,8 @@ import numpy as np
 import onnx
 import pytest
 
-from sfnpu.compiler import builders, real_models
+from sfnpu.models import builders
+from sfnpu.models import real_models
 from sfnpu.compiler.pipeline import compile_model, run_onnxruntime
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config

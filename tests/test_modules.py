@@ -265,8 +265,8 @@ def test_checker_refutes_row_reuse_on_chip(plan):
 
 @pytest.fixture(scope="module")
 def inception_v3():
-    from sfnpu.compiler.memory_report import study_model
-    from sfnpu.compiler.modules_report import npu_config
+    from sfnpu.studies.networks import study_model
+    from sfnpu.studies.module_allocation import npu_config
     from sfnpu.tb.verilator import REPO_ROOT
 
     config = npu_config(1024 * 1024)
@@ -278,7 +278,7 @@ def inception_v3():
 
 
 def test_inception_v3_against_table_1(inception_v3):
-    from sfnpu.compiler.paper_reference import KIM_TABLE_1, KIM_TOTAL
+    from sfnpu.studies.paper_reference import KIM_TABLE_1, KIM_TOTAL
 
     config, c = inception_v3
     naive = traffic_by_group(c.program.instructions, config)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SUBSYSTEMS = ("hw", "compiler", "sim", "tb")
+SUBSYSTEMS = ("hw", "compiler", "sim", "tb", "models", "studies", "tools", "cli")
 
 
 def test_every_python_folder_is_a_mapped_package():

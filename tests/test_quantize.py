@@ -23,7 +23,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
 
-from sfnpu.compiler import real_models as rm
+from sfnpu.models import real_models as rm
 from sfnpu.compiler.quantize import (
     CalibrationSource,
     QuantizeError,

@@ -8,12 +8,12 @@ import onnx
 import pytest
 
 from sfnpu import cli, layout
-from sfnpu.compiler import reports
+from sfnpu.studies import shortcut_fusion as reports
 from sfnpu.compiler.blocks import detect_blocks
 from sfnpu.compiler.cutpoints import (LATENCY_TIE, conv_macs, cut_policies, evaluate,
                                       search)
 from sfnpu.compiler.memory import Budget, Policy, allocate, dense_requirements, place
-from sfnpu.compiler.paper_reference import TABLE_IV, TABLE_VI
+from sfnpu.studies.paper_reference import TABLE_IV, TABLE_VI
 from sfnpu.compiler.pipeline import PipelineConfig, compile_model
 from sfnpu.config import get_config
 from sfnpu.isa import ConvKind, Eltwise, MemSpace, Reuse

@@ -13,7 +13,7 @@ from sfnpu.compiler import restructure as rs
 from sfnpu.compiler.importer import import_model
 from sfnpu.compiler.passes import run_passes
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
-from sfnpu.compiler.restructure_check import check_on_golden
+from sfnpu.studies.restructuring_check import check_on_golden
 from netbuild import Net
 
 REGRESS = os.environ.get("SFNPU_REGRESS") == "1"
@@ -130,7 +130,7 @@ def test_bad_requests_name_the_problem(mixed):
 
 
 def _builder_graph(name, size, tmp_path):
-    from sfnpu.compiler.memory_report import study_model
+    from sfnpu.studies.networks import study_model
     path = study_model(SimpleNamespace(network=name, input_size=size, conv_only=False),
                        tmp_path)
     graph, _ = run_passes(import_model(path).graph)
@@ -183,8 +183,8 @@ def _random_inputs(graph, seed=5):
 
 @pytest.mark.parametrize("upto_from_end,n_slices", [(1, (2, 2)), (3, (3, 2)), (2, (1, 1))])
 def test_pieces_run_the_network_bit_exact(mixed, upto_from_end, n_slices):
-    from sfnpu.compiler.restructure_check import run_pieces, run_program
-    from sfnpu.compiler.restructure_sram import _front_ends, front_split, piece_graphs
+    from sfnpu.studies.restructuring_check import run_pieces, run_program
+    from sfnpu.studies.restructuring_sram import _front_ends, front_split, piece_graphs
     ends = _front_ends(mixed)
     r = front_split(mixed, ends[-upto_from_end], n_slices)
     pieces = piece_graphs(r)
@@ -202,7 +202,7 @@ def test_pieces_run_the_network_bit_exact(mixed, upto_from_end, n_slices):
 
 
 def test_a_residual_read_cuts_the_tile_into_two_pieces(mixed):
-    from sfnpu.compiler.restructure_sram import front_split, piece_graphs
+    from sfnpu.studies.restructuring_sram import front_split, piece_graphs
     add = next(k for k, n in enumerate(mixed.nodes) if n.op == "add")
     pieces = piece_graphs(front_split(mixed, add, (2, 2)))
     # the add reads its identity input without the halo the second conv needed: a window of a
@@ -212,7 +212,7 @@ def test_a_residual_read_cuts_the_tile_into_two_pieces(mixed):
 
 
 def test_front_split_sram_uses_the_optimizer(mixed):
-    from sfnpu.compiler.restructure_sram import Piece, evaluate_pieces, front_split, \
+    from sfnpu.studies.restructuring_sram import Piece, evaluate_pieces, front_split, \
         piece_graphs
     from sfnpu.config import get_config
     cfg = get_config("kcu1500")
@@ -225,8 +225,8 @@ def test_front_split_sram_uses_the_optimizer(mixed):
 
 
 def test_sram_table_of_a_front_sweep(mixed):
-    from sfnpu.compiler.restructure_report import sram_markdown
-    from sfnpu.compiler.restructure_sram import sweep_front_graph
+    from sfnpu.studies.restructuring import sram_markdown
+    from sfnpu.studies.restructuring_sram import sweep_front_graph
     f = sweep_front_graph(mixed, "mixed", 20, slices=((1, 1), (2, 2)))
     assert {n for _, n, _ in f.points} == {(1, 1), (2, 2)}
     assert all(r.sram > 0 and r.traffic > 0 for _, _, r in f.points)
@@ -237,7 +237,7 @@ def test_sram_table_of_a_front_sweep(mixed):
 def test_paper_mode_pools_with_one_sided_padding_are_still_exact(tmp_path):
     """A padded max-pool split in 2-D needs padding on some sides only (no instruction encodes
     it); the check computes those copies with sfnpu.numeric and stays bit-exact."""
-    from sfnpu.compiler.restructure_check import encodable
+    from sfnpu.studies.restructuring_check import encodable
     n = Net((3, 16, 20), name="padpool")
     c = n.op("Relu", [n.conv("x", 3, 8, 3)])
     p = n.op("MaxPool", [c], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])

@@ -19,11 +19,11 @@ import pytest
 
 from netbuild import Net, Slice
 from sfnpu import image, isa, layout
-from sfnpu.compiler import builders
+from sfnpu.models import builders
 from sfnpu.compiler.pipeline import compile_model
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
-from sfnpu.hw.limits import StoreSizes, overflows, prefetch_fits, stages_input
+from sfnpu.limits import StoreSizes, overflows, prefetch_fits, stages_input
 from sfnpu.compiler.blocks import detect_blocks
 from sfnpu.compiler.memory import Policy, apply_policy, staging
 from sfnpu.isa import Activation, ConvKind, InputTransform, MemSpace, Reuse
@@ -645,7 +645,7 @@ def test_prefetch_beside_dram_traffic_and_past_the_store(tiny_harness, stack_blo
     (1, {"output.offset": 64 * 1024 - 256, "output.space": 2}, "passes the buffer's end"),
 ], ids=["input-buffer", "row", "table", "channels", "output-buffer"])
 def test_store_overflows(tiny_harness, stack_blob, index, changes, store):
-    """The compiler's capacity check (:func:`sfnpu.hw.limits.overflows`) names exactly the
+    """The compiler's capacity check (:func:`sfnpu.limits.overflows`) names exactly the
     layers the controller stops with BUFFER_OVERFLOW."""
     config = tiny_harness.config
     program = image.unpack(stack_blob, config).program

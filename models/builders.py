@@ -326,7 +326,7 @@ class _Net:
         g.output.extend(out_infos)
         m.ir_version = IR_VERSION
         m.opset_import.append(helper.make_opsetid("", OPSET))
-        m.producer_name = "sfnpu.compiler.builders"
+        m.producer_name = "sfnpu.models.builders"
         m.producer_version = "1"
         m.doc_string = doc
         props = {META_ARCH: self.arch, **(meta or {})}

@@ -5,7 +5,7 @@ constraint (10) met by construction (the budget is unlimited, so every policy wh
 allocated reads weights once and feature maps at most once). The networks are the architecture
 builders' graphs with random weights, quantised from one synthetic calibration sample (shapes
 are all that matter here). The full report — Tables II, III, IV and VI and Figs. 16–17 beside
-the paper — is :mod:`.reports` (``sfnpu report``).
+the paper — is :mod:`.shortcut_fusion` (``sfnpu report``).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Protocol
 
 import onnx
 
-from . import builders
-from .blocks import Blocks
-from .cutpoints import Progress, SearchResult, search
-from .memory import Budget
-from .pipeline import Compiled
-from .quantize import CalibrationSource, quantize_model
+from sfnpu.models import builders
+from sfnpu.compiler.blocks import Blocks
+from sfnpu.compiler.cutpoints import Progress, SearchResult, search
+from sfnpu.compiler.memory import Budget
+from sfnpu.compiler.pipeline import Compiled
+from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 
 __all__ = ["VGG_CONV_OUTPUT", "float_model", "study_model", "minimum_sram"]
 

@@ -10,7 +10,7 @@ buffers, and the row-mode weights that remain are smaller.
 
 The restructured network runs as a sequence of *pieces*, each an ordinary IR graph compiled by the
 normal pipeline (fusion, code generation) and given its own minimum-SRAM cut-point policy by the
-unmodified optimizer (:func:`.memory_report.minimum_sram`): each tile's copies of the front (cut
+unmodified optimizer (:func:`.networks.minimum_sram`): each tile's copies of the front (cut
 where a copy reads a window of a map its own piece computed larger, as a residual's identity path
 does), then the rest of the network on the assembled join tensors. Pieces meet in DRAM, so the
 SRAM the whole sequence needs is the largest piece's, and its DRAM traffic the sum of theirs —
@@ -33,13 +33,13 @@ from typing import Mapping, Sequence
 
 from sfnpu.config import HwConfig, get_config
 
-from .codegen import generate
-from .groups import fuse
-from .importer import import_model
-from .ir import Graph, Node, Tensor, check
-from .memory_report import minimum_sram, study_model
-from .passes import run_passes
-from .restructure import (Region, Restructured, RestructureError, block_order, hardware_pads,
+from sfnpu.compiler.codegen import generate
+from sfnpu.compiler.groups import fuse
+from sfnpu.compiler.importer import import_model
+from sfnpu.compiler.ir import Graph, Node, Tensor, check
+from sfnpu.studies.networks import minimum_sram, study_model
+from sfnpu.compiler.passes import run_passes
+from sfnpu.compiler.restructure import (Region, Restructured, RestructureError, block_order, hardware_pads,
                           split, splittable)
 
 __all__ = ["Piece", "piece_graphs", "PiecesResult", "evaluate_pieces", "front_split",

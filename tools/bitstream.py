@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import HwConfig
+from sfnpu.config import HwConfig
 
 __all__ = ["BOARDS", "BitstreamError", "EcpBuild", "build_ecp5", "build_board"]
 
@@ -114,8 +114,8 @@ def build_ecp5(out_dir, *, config: HwConfig | None = None, clock_mhz: float | No
                log=print) -> EcpBuild:
     """``memory``: the accelerator's DRAM, the board's SDRAM (``"sdram"``) or
     ``memory_bytes`` of block RAM (``"bram"``, default :data:`~sfnpu.hw.ulx3s.MEMORY_BYTES`)."""
-    from .hw.sdram_timing import ULX3S_SDRAM
-    from .hw.ulx3s import MEMORY_BYTES, Ulx3s85FPlatform, Ulx3sTop, ecp5_pll_settings, \
+    from sfnpu.hw.sdram_timing import ULX3S_SDRAM
+    from sfnpu.hw.ulx3s import MEMORY_BYTES, Ulx3s85FPlatform, Ulx3sTop, ecp5_pll_settings, \
         ulx3s_config
 
     cfg = config or ulx3s_config()
@@ -248,6 +248,6 @@ def build_board(board: str, out_dir, **kwargs):
     if board == "ulx3s-85f":
         return build_ecp5(out_dir, **kwargs)
     if board in ("kcu105", "kcu1500"):
-        from .hw.xilinx import write_vivado_project
+        from sfnpu.hw.xilinx import write_vivado_project
         return write_vivado_project(board, out_dir, log=kwargs.get("log", print))
     raise BitstreamError(f"BOARD={board!r}: supported boards are {', '.join(BOARDS)}")

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from .config import get_config
+from sfnpu.config import get_config
 
 __all__ = ["run_bench"]
 
@@ -40,10 +40,10 @@ FIELDS = ("model", "input", "float ONNX nodes", "groups", "compile s", "golden s
 def _bench_one(name: str, size: int, config, workdir: Path) -> dict:
     import onnx
 
-    from .compiler import builders
-    from .compiler.pipeline import compile_model, run_onnxruntime
-    from .compiler.quantize import CalibrationSource, quantize_model
-    from .sim.golden import GoldenModel
+    from sfnpu.models import builders
+    from sfnpu.compiler.pipeline import compile_model, run_onnxruntime
+    from sfnpu.compiler.quantize import CalibrationSource, quantize_model
+    from sfnpu.sim.golden import GoldenModel
 
     model = builders.build(name, input_size=size)
     path = workdir / f"{name}.qdq.onnx"
@@ -60,8 +60,8 @@ def _bench_one(name: str, size: int, config, workdir: Path) -> dict:
     got = compiled.finish(outputs)
     want = run_onnxruntime(onnx.load(str(path)), {model.graph.input[0].name: x})
     same = np.mean([float((want[k] == got[k]).mean()) for k in want])
-    from .compiler.blocks import detect_blocks
-    from .compiler.cutpoints import (NoFeasiblePolicy, count_policies, long_path_options,
+    from sfnpu.compiler.blocks import detect_blocks
+    from sfnpu.compiler.cutpoints import (NoFeasiblePolicy, count_policies, long_path_options,
                                      search)
     blocks = detect_blocks(compiled.graph, compiled.groups)
     candidates = count_policies(blocks, long_paths=long_path_options(compiled, blocks))
@@ -72,7 +72,7 @@ def _bench_one(name: str, size: int, config, workdir: Path) -> dict:
     except NoFeasiblePolicy:
         fits = ", none fits"
     searched = f"{time.perf_counter() - t4:.2f} ({candidates}{fits})"
-    from .sim.cycle import CycleModel
+    from sfnpu.sim.cycle import CycleModel
     t5 = time.perf_counter()
     timing = CycleModel(config).run(blob)
     modelled = time.perf_counter() - t5
@@ -86,16 +86,16 @@ def _bench_one(name: str, size: int, config, workdir: Path) -> dict:
 def _rtl_bench(workdir: Path) -> list[str]:
     """Verilator build time of the whole accelerator (tiny) and its speed on the default
     model; markdown lines."""
-    from .cli import DEFAULT_MODEL, _sim_model
-    from .compiler.pipeline import compile_model
-    from .sim.cycle import CycleModel, compare
-    from .tb.system import SystemHarness
+    from sfnpu.models.catalog import DEFAULT_MODEL, resolve_model
+    from sfnpu.compiler.pipeline import compile_model
+    from sfnpu.sim.cycle import CycleModel, compare
+    from sfnpu.tb.system import SystemHarness
 
     config = get_config("tiny")
     t0 = time.perf_counter()
     harness = SystemHarness(config, workdir / "rtl")
     built = time.perf_counter() - t0
-    path, inputs, description, _ = _sim_model(DEFAULT_MODEL, workdir, config.name)
+    path, inputs, description, _ = resolve_model(DEFAULT_MODEL, workdir)
     compiled = compile_model(path, config)
     import onnx
     name = onnx.load(str(path)).graph.input[0].name
@@ -117,7 +117,7 @@ def _rtl_bench(workdir: Path) -> list[str]:
 
 def run_bench(out_dir: Path = Path("build/bench"), config_name: str = "kcu1500",
               models: list[str] | None = None, rtl: bool = True) -> list[dict]:
-    from .compiler import builders
+    from sfnpu.models import builders
 
     console = Console()
     config = get_config(config_name)

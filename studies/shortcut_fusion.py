@@ -43,16 +43,16 @@ from sfnpu import layout
 from sfnpu.config import HwConfig, get_config
 from sfnpu.isa import ConvKind, Eltwise, MemSpace, Reuse
 
-from . import builders
-from .blocks import Blocks, detect_blocks
-from .cutpoints import (LATENCY_TIE, Evaluation, NoFeasiblePolicy, SearchResult, conv_macs,
+from sfnpu.models import builders
+from sfnpu.compiler.blocks import Blocks, detect_blocks
+from sfnpu.compiler.cutpoints import (LATENCY_TIE, Evaluation, NoFeasiblePolicy, SearchResult, conv_macs,
                         count_policies, evaluate, long_path_options, search, select)
-from .memory import WEIGHT_BUFFER, WEIGHT_READS, Budget, Policy, allocate, place, staging
-from .memory_report import study_model
-from .paper_reference import (CITATION, FIG_16, FIG_16_CITATION, FIG_17_CITATION, TABLE_II,
+from sfnpu.compiler.memory import WEIGHT_BUFFER, WEIGHT_READS, Budget, Policy, allocate, place, staging
+from sfnpu.studies.networks import study_model
+from sfnpu.studies.paper_reference import (CITATION, FIG_16, FIG_16_CITATION, FIG_17_CITATION, TABLE_II,
                               TABLE_III, TABLE_IV, TABLE_IV_CITATION, TABLE_VI,
                               TABLE_VI_CITATION, PaperMinBuffer, PaperPerformance)
-from .pipeline import Compiled, PipelineConfig, compile_model, ensure_qdq
+from sfnpu.compiler.pipeline import Compiled, PipelineConfig, compile_model, ensure_qdq
 
 __all__ = ["ReportError", "Study", "PAPER_STUDIES", "resolve_studies", "NetworkResult",
            "run_study", "buffer_lower_bound", "sweep_rows", "write_network", "write_summary",

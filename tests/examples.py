@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import image, isa, layout
-from .config import HwConfig
-from .isa import Activation, ConvKind, Eltwise, Instruction, Pool, Reuse, buffer, dram
+from sfnpu import image, isa, layout
+from sfnpu.config import HwConfig
+from sfnpu.isa import Activation, ConvKind, Eltwise, Instruction, Pool, Reuse, buffer, dram
 
 __all__ = ["SampleImage", "sample_image"]
 

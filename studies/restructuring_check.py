@@ -25,10 +25,10 @@ from sfnpu import numeric
 from sfnpu.config import HwConfig, get_config
 from sfnpu.sim.golden import GoldenModel
 
-from .codegen import generate
-from .groups import fuse
-from .ir import Graph, Node, Tensor
-from .restructure import Region, Restructured, RestructureError, SplitBlock, hardware_pads
+from sfnpu.compiler.codegen import generate
+from sfnpu.compiler.groups import fuse
+from sfnpu.compiler.ir import Graph, Node, Tensor
+from sfnpu.compiler.restructure import Region, Restructured, RestructureError, SplitBlock, hardware_pads
 
 __all__ = ["Equivalence", "run_node", "check_on_golden", "run_program", "run_pieces",
            "encodable"]
@@ -158,7 +158,7 @@ def run_program(graph: Graph, inputs: Mapping[str, np.ndarray],
 
 def run_pieces(graph: Graph, pieces, inputs: Mapping[str, np.ndarray],
                config: HwConfig | None = None) -> dict[str, np.ndarray]:
-    """Execute a sequence of pieces (:func:`.restructure_sram.piece_graphs`) on the golden
+    """Execute a sequence of pieces (:func:`.restructuring_sram.piece_graphs`) on the golden
     model, the host reading each input window and assembling the join tensors; returns the
     network's outputs."""
     stored = {t: (Region.whole(graph.tensors[t].shape), v) for t, v in inputs.items()}

@@ -16,11 +16,10 @@ from functools import lru_cache
 from typing import Sequence
 
 from sfnpu import layout
-from sfnpu.config import ROW_BUFFER_ROWS, HwConfig
+from sfnpu.config import ROW_BUFFER_ROWS, HwConfig, depthwise_taps
 from sfnpu.isa import (ConvKind, Eltwise, InputTransform, Instruction, Location, MemSpace, Pool,
                        Reuse)
 
-from .conv_array import depthwise_taps
 
 __all__ = ["StoreSizes", "GroupShape", "group_shape", "overflows", "loads_whole_weights",
            "HeldWeights", "weight_store_after", "with_held_weights", "stages_input",

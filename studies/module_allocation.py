@@ -22,12 +22,12 @@ from typing import Sequence
 from sfnpu import layout
 from sfnpu.config import ROW_BUFFER_ROWS, HwConfig, get_config
 
-from . import builders
-from .memory_report import study_model
-from .modules import (GroupFm, ModulePlan, module_group_indices, plan_modules,
+from sfnpu.models import builders
+from sfnpu.studies.networks import study_model
+from sfnpu.compiler.modules import (GroupFm, ModulePlan, module_group_indices, plan_modules,
                       traffic_by_group)
-from .paper_reference import KIM_CITATION, KIM_SRAM_KB, KIM_TABLE_1, KIM_TOTAL, KimModule
-from .pipeline import Compiled, compile_model, ensure_qdq
+from sfnpu.studies.paper_reference import KIM_CITATION, KIM_SRAM_KB, KIM_TABLE_1, KIM_TOTAL, KimModule
+from sfnpu.compiler.pipeline import Compiled, compile_model, ensure_qdq
 
 __all__ = ["ModuleReportError", "npu_config", "Fm", "ModuleRow", "ModuleStudy", "study", "write_report",
            "SWEEP_KIB", "PAPER_NPU_PARALLELISM"]

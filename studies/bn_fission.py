@@ -44,7 +44,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import onnx
 from onnx import shape_inference
 
-from .importer import ModelError
+from sfnpu.compiler.importer import ModelError
 
 __all__ = [
     "BnffError", "Layer", "Net", "Pass", "Schedule", "Traffic", "Step", "Machine",
@@ -646,7 +646,7 @@ class Study:
 def densenet121_study(batch: int = PAPER_BATCH, input_size: int = PAPER_INPUT_SIZE,
                       incremental: bool = True) -> Study:
     """Sweep model of one DenseNet-121 training step, from ``builders.densenet121``."""
-    from . import builders
+    from sfnpu.models import builders
 
     if batch < 1:
         raise BnffError(f"batch must be positive, got {batch}")
@@ -706,7 +706,7 @@ def report_markdown(st: Study) -> str:
         "# BN fission-n-fusion: DenseNet-121 training-step memory sweeps",
         "",
         "Paper: *Restructuring Batch Normalization to Accelerate CNN Training* (seeds/004). "
-        "Model: `sfnpu.compiler.bn_fission`; graph: `compiler.builders.densenet121("
+        "Model: `sfnpu.studies.bn_fission`; graph: `models.builders.densenet121("
         f"{st.input_size})` ({len(st.net.layers)} layers: {n_conv} conv, {n_bn} BN).",
         "",
         "## Setting",

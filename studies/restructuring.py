@@ -16,10 +16,10 @@ Per network and variant it picks, like the paper, the α with the largest saving
 (Table II) and the best (α, n_slices) (Table III), plus the best with at most the paper's average
 overhead (8.6 %). The chosen ``accelerator`` configuration — and the ``paper`` one when its copies
 are encodable — is executed on the golden model against the original sub-graphs
-(:func:`.restructure_check.check_on_golden`). Output: ``restructure.md``, ``restructure.csv``
+(:func:`.restructuring_check.check_on_golden`). Output: ``restructure.md``, ``restructure.csv``
 (every sweep point) and ``restructure.png`` (Fig. 6 style: peak memory and operations vs α).
 
-Then it uses the split in sfnpu's memory optimizer (:mod:`.restructure_sram`): Table II's minimum
+Then it uses the split in sfnpu's memory optimizer (:mod:`.restructuring_sram`): Table II's minimum
 SRAM of VGG-CONV and YOLOv2 with the front of the network split into tiles
 (``restructure_sram.csv``).
 """
@@ -38,16 +38,16 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn)
 
-from .importer import import_model
-from .ir import Graph
-from .memory_report import study_model
-from .paper_reference import (CITATION, TABLE_II, RESTRUCTURE_AVERAGE_II, RESTRUCTURE_AVERAGE_III,
+from sfnpu.compiler.importer import import_model
+from sfnpu.compiler.ir import Graph
+from sfnpu.studies.networks import study_model
+from sfnpu.studies.paper_reference import (CITATION, TABLE_II, RESTRUCTURE_AVERAGE_II, RESTRUCTURE_AVERAGE_III,
                               RESTRUCTURE_CITATION, RESTRUCTURE_SWEEP_SECONDS,
                               RESTRUCTURE_TABLE_II, RESTRUCTURE_TABLE_III, PaperRestructure)
-from .passes import run_passes
-from .restructure import Restructured, memory_profile, restructure
-from .restructure_check import check_on_golden, encodable
-from .restructure_sram import TABLE_II_SPLIT_STUDIES, FrontSweep, sweep_front
+from sfnpu.compiler.passes import run_passes
+from sfnpu.compiler.restructure import Restructured, memory_profile, restructure
+from sfnpu.studies.restructuring_check import check_on_golden, encodable
+from sfnpu.studies.restructuring_sram import TABLE_II_SPLIT_STUDIES, FrontSweep, sweep_front
 
 __all__ = ["Variant", "VARIANTS", "NETWORKS", "ALPHAS", "SLICES", "OVERHEAD_CAP", "Point",
            "NetworkSweep", "sweep_network", "write_report", "run_report"]

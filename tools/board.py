@@ -13,9 +13,9 @@ import struct
 import time
 from dataclasses import dataclass, field
 
-from . import image, regmap
-from .hostlink import HEADER_BYTES, LINK_VERSION, MAX_COUNT, Command, Status
-from .regmap import ErrorCode
+from sfnpu import image, regmap
+from sfnpu.hostlink import HEADER_BYTES, LINK_VERSION, MAX_COUNT, Command, Status
+from sfnpu.regmap import ErrorCode
 
 __all__ = ["LinkError", "UartLink", "BoardRunner", "BoardRun", "open_serial"]
 

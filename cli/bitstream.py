@@ -1,0 +1,60 @@
+"""``sfnpu bitstream`` (``make bitstream``): the ULX3S bitstream with the open flow, or a
+Vivado project for the Xilinx boards."""
+
+import time
+from pathlib import Path
+
+from .common import REPO_ROOT, CliError, console
+
+NAME = "bitstream"
+HELP = "FPGA build: ULX3S bitstream or a Vivado project"
+
+
+def add_arguments(parser):
+    from sfnpu.tools.bitstream import BOARDS, DEFAULT_BAUD
+
+    parser.add_argument("--board", default="ulx3s-85f", choices=BOARDS)
+    parser.add_argument("--synth-only", action="store_true",
+                        help="ulx3s-85f: stop after synthesis (cell counts, no Fmax)")
+    parser.add_argument("--clock-mhz", type=float, help="ulx3s-85f: PLL clock (default: config)")
+    parser.add_argument("--baud", type=int, default=DEFAULT_BAUD, help="ulx3s-85f: UART speed")
+    parser.add_argument("--memory", choices=("sdram", "bram"),
+                        help="ulx3s-85f: the image memory, the board's SDRAM (default) or block "
+                        "RAM")
+    parser.add_argument("--memory-kib", type=int,
+                        help="ulx3s-85f with --memory bram: block RAM size (default 64)")
+    parser.add_argument("--link-only", action="store_true",
+                        help="ulx3s-85f: leave the accelerator out (a quick check of the flow)")
+    parser.add_argument("--out", help="output folder (default build/bitstream/BOARD)")
+
+
+def _board_options(args) -> dict:
+    """The keyword arguments of :func:`build_board` the options give for the board."""
+    if args.board == "ulx3s-85f":
+        if args.memory_kib and args.memory != "bram":
+            raise CliError("--memory-kib sizes block RAM: add --memory bram")
+        return dict(synth_only=args.synth_only, clock_mhz=args.clock_mhz, baud=args.baud,
+                    memory=args.memory or "sdram",
+                    memory_bytes=args.memory_kib * 1024 if args.memory_kib else None,
+                    with_accelerator=not args.link_only)
+    if args.synth_only or args.clock_mhz or args.memory or args.memory_kib or args.link_only:
+        raise CliError(f"--synth-only, --link-only, --clock-mhz, --memory and --memory-kib "
+                       f"apply to ulx3s-85f; {args.board} gets a Vivado project")
+    return {}
+
+
+def run(args) -> int:
+    from sfnpu.tools.bitstream import build_board
+
+    out = Path(args.out or REPO_ROOT / "build" / "bitstream" / args.board)
+    t0 = time.perf_counter()
+    kwargs = _board_options(args)
+    result = build_board(args.board, out, **kwargs,
+                         log=lambda text: console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] "
+                                                        f"{text}"))
+    if args.board == "ulx3s-85f":
+        console.print((out / "report.md").read_text())
+    else:
+        console.print(f"Vivado project: {', '.join(result)}")
+    console.print(f"wrote {out} in {time.perf_counter() - t0:.0f} s")
+    return 0

@@ -1,0 +1,161 @@
+"""``sfnpu sim`` (``make sim``): compile a model and run every executor available on it,
+cross-checking them: golden model vs onnxruntime, RTL vs golden model (the whole DRAM), cycle
+model vs the RTL's group log."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from rich.table import Table
+
+from sfnpu import image
+from sfnpu.config import CONFIGS, get_config
+from sfnpu.models.catalog import DEFAULT_MODEL, resolve_model
+
+from .common import REPO_ROOT, console
+from .rtl import RTL_MAX_CYCLES, dram_differences, rtl_harness, rtl_ok
+from .tables import group_table, program_table
+
+NAME = "sim"
+HELP = "run every available pipeline stage"
+
+
+def add_arguments(parser):
+    parser.add_argument("--config", default="tiny", choices=list(CONFIGS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", help=f"ONNX model path, builder name or bundled model "
+                        f"(default {DEFAULT_MODEL})")
+    parser.add_argument("--waves", action="store_true",
+                        help="write the RTL run's waves to build/waves/ (FST, or VCD without lz4)")
+
+
+def _golden_vs_onnxruntime(compiled, path, inputs, golden, config):
+    """(share of identical output values, top-1 agreements, the last input's image)."""
+    import onnx
+
+    from sfnpu.compiler.pipeline import run_onnxruntime
+
+    reference = onnx.load(str(path))
+    input_name = reference.graph.input[0].name
+    same = total = agree = 0
+    for x in inputs:
+        feeds = {input_name: x[None]}
+        blob = compiled.program.pack(compiled.quantise_inputs(feeds))
+        image.unpack(blob, config)  # checksums, fingerprint, instruction decode, ranges
+        got = compiled.finish(golden.outputs(blob))
+        want = run_onnxruntime(reference, feeds)
+        for key in want:
+            same += int((want[key] == got[key]).sum())
+            total += want[key].size
+        first = next(iter(want))
+        agree += int(want[first].argmax() == got[first].argmax())
+    return same / total, agree, blob
+
+
+def run(args) -> int:
+    from sfnpu.compiler.pipeline import compile_model
+    from sfnpu.sim.cycle import CycleModel, compare
+    from sfnpu.sim.golden import GoldenModel
+
+    config = get_config(args.config)
+    name = args.model or DEFAULT_MODEL
+    console.print(f"[bold]sfnpu sim[/] — {name} — {config.summary()}")
+    stages = []
+    with tempfile.TemporaryDirectory(prefix="sfnpu-sim-") as tmp:
+        t0 = time.perf_counter()
+        path, inputs, description, notes = resolve_model(name, Path(tmp))
+        stages.append(("quantise (onnxruntime)", "; ".join(notes)))
+        compiled = compile_model(path, config)
+        stages.append(("compile", f"{compiled.imported.onnx_nodes} QDQ nodes → "
+                       f"{len(compiled.groups)} groups ({time.perf_counter() - t0:.1f} s)"))
+        golden = GoldenModel(config)
+        t1 = time.perf_counter()
+        identical, agree, blob = _golden_vs_onnxruntime(compiled, path, inputs, golden, config)
+        stages.append(("DRAM image", f"{compiled.program.layout.image_bytes} bytes, validated"))
+        stages.append(("golden model vs onnxruntime",
+                       f"{identical:.4%} identical over {len(inputs)} inputs, top-1 "
+                       f"{agree}/{len(inputs)} ({time.perf_counter() - t1:.1f} s)"))
+        timing = CycleModel(config).run(blob)
+        stages.append(("cycle model", f"{timing.cycles} cycles = {timing.seconds * 1e3:.2f} ms "
+                       f"at {config.clock_mhz:g} MHz; {timing.read_bytes} B read, "
+                       f"{timing.write_bytes} B written"))
+        result = _sim_rtl(config, compiled, blob, golden, stages, waves=args.waves)
+        comparison = None
+        if result is not None and not (result.timeout or result.error):
+            comparison = compare(timing, result.group_cycles, result.group_read_bytes,
+                                 result.group_write_bytes)
+            problems = comparison.problems()
+            verdict = comparison.summary() + (
+                "" if not problems else "[red]; " + "; ".join(problems[:4]) + "[/]")
+            stages.append(("cycle model vs RTL", verdict))
+
+    console.print(program_table(compiled.program.instructions, title=description))
+    console.print(group_table(compiled.program.instructions, timing, result))
+    table = Table(title="pipeline stages")
+    table.add_column("stage")
+    table.add_column("result")
+    for stage, outcome in stages:
+        table.add_row(stage, f"[green]{outcome}[/]")
+    console.print(table)
+    if identical != 1.0:
+        console.print("[red]FAIL[/]: the golden model differs from onnxruntime")
+        return 1
+    if result is not None and rtl_ok(result, golden, blob) is False:
+        console.print("[red]FAIL[/]: the RTL differs from the golden model")
+        return 1
+    if comparison is not None and comparison.problems():
+        console.print("[red]FAIL[/]: the RTL's group log disagrees with the cycle model")
+        return 1
+    console.print("[green]PASS[/] (every available stage)")
+    return 0
+
+
+def _waves_harness(config):
+    """A traced build of the accelerator and the file its run writes."""
+    from sfnpu.tb.system import SystemHarness, wave_format
+
+    kind, why = wave_format()
+    if kind != "fst":
+        console.print(f"[yellow]waves: {why}[/]")
+    build = REPO_ROOT / "build" / "rtl" / f"{config.name}-waves-{kind}"
+    with console.status(f"RTL: building the Verilated accelerator with {kind.upper()} "
+                        f"tracing ({config.name}); cached in {build}"):
+        harness = SystemHarness(config, build, waves=kind)
+    waves_file = REPO_ROOT / "build" / "waves" / f"{config.name}.{kind}"
+    waves_file.parent.mkdir(parents=True, exist_ok=True)
+    return harness, waves_file
+
+
+def _sim_rtl(config, compiled, blob, golden, stages, waves=False):
+    """Run the last input's image on the RTL and compare the whole DRAM with the golden
+    model's; adds a stage row. None when the config is model-only."""
+    if config.dram_bus_bytes > 8:
+        stages.append(("RTL on Verilator", f"not simulated: {config.name} is a model-only "
+                       "configuration (use CONFIG=tiny or ecp5)"))
+        return None
+    harness, waves_file = _waves_harness(config) if waves else (rtl_harness(config), None)
+    t0 = time.perf_counter()
+    with console.status(f"RTL: running {len(compiled.program.instructions)} groups on "
+                        "Verilator"):
+        result = harness.run(blob, max_cycles=RTL_MAX_CYCLES, waves_file=waves_file)
+    seconds = time.perf_counter() - t0
+    if waves_file is not None:
+        stages.append(("waves", f"{waves_file} ({waves_file.stat().st_size / 1e6:.1f} MB)"))
+    if result.timeout or result.error:
+        stages.append(("RTL on Verilator", f"[red]stopped: {result.error_code.name} in group "
+                       f"{result.error_group}{' (timeout)' if result.timeout else ''}[/]"))
+        return result
+    differ = dram_differences(result, golden, blob)
+    cycles = result.counters["CYCLES"]
+    ms = cycles / (config.clock_mhz * 1e3)
+    verdict = "DRAM identical to the golden model" if differ == 0 else \
+        f"[red]{differ} DRAM bytes differ from the golden model[/]"
+    stages.append(("RTL on Verilator",
+                   f"{verdict} (outputs and every intermediate); "
+                   f"{cycles} cycles = {ms:.2f} ms at {config.clock_mhz:g} MHz; "
+                   f"{result.counters['DRAM_READ_BYTES']} B read, "
+                   f"{result.counters['DRAM_WRITE_BYTES']} B written; simulated in "
+                   f"{seconds:.1f} s ({cycles / seconds / 1e3:.0f} k cycles/s)"))
+    return result
