@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from sfnpu import isa, layout
 from sfnpu.config import HwConfig
@@ -52,14 +52,11 @@ from .groups import Group
 from .ir import Graph, Tensor
 from .memory import AllocationError, accesses
 
-if TYPE_CHECKING:
-    from .pipeline import Compiled
-
 __all__ = [
     "ModuleError", "Branch", "Module", "Modules", "detect_modules", "reorder", "insert_loaders",
     "Decision", "ModuleAllocation", "allocate", "place", "check_placement", "PlacementReport",
     "GroupFm", "traffic_by_group", "module_group_indices", "ModulePlan", "plan_modules", "MAX_MODULE_GROUPS",
-    "LOADED_SUFFIX", "apply_modules",
+    "LOADED_SUFFIX",
 ]
 
 #: Largest module (in groups) the detection accepts; a merge whose branches meet further back is
@@ -733,14 +730,3 @@ def plan_modules(graph: Graph, groups: Sequence[Group], config: HwConfig,
                                   locations=dict(alloc.locations))
     return ModulePlan(graph2, tuple(loaded), program, modules, alloc, report, tuple(groups),
                       naive)
-
-
-def apply_modules(compiled: Compiled, capacity: Sequence[int] | None = None) -> Compiled:
-    """``compiled`` running the module allocation: same inputs and outputs, placed program."""
-    plan = plan_modules(compiled.graph, compiled.groups, compiled.program.config, capacity)
-    pipeline = dataclasses.replace(compiled.pipeline, modules=True, module_capacity=(
-        None if capacity is None else tuple(capacity)))
-    return dataclasses.replace(compiled, imported=dataclasses.replace(compiled.imported,
-                                                                      graph=plan.graph),
-                               groups=list(plan.groups), program=plan.program,
-                               pipeline=pipeline)

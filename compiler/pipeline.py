@@ -8,6 +8,7 @@ QDQ model.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
@@ -22,10 +23,10 @@ from .groups import Group, fuse
 from .ir import Graph, check
 from .passes import (fold_input_taps, run_passes, space_to_depth_on_host,
                      space_to_depth_strided_convs, split_shared_wide_convs)
-from .importer import Imported, import_model
+from .importer import HostPlan, Imported, import_model
 
-__all__ = ["Compiled", "PipelineConfig", "STEPS", "compile_model", "run_onnxruntime",
-           "is_quantised", "ensure_qdq"]
+__all__ = ["Compiled", "CompileState", "PipelineConfig", "STEPS", "Step", "StepRecord",
+           "compile_model", "run_onnxruntime", "is_quantised", "ensure_qdq"]
 
 
 @dataclass(frozen=True)
@@ -49,19 +50,138 @@ class PipelineConfig:
     @property
     def steps(self) -> tuple[str, ...]:
         """The names of the steps this configuration runs, in order."""
-        return tuple(name for name, switch in STEPS if switch is None or getattr(self, switch))
+        return tuple(step.name for step in STEPS if step.enabled(self))
 
 
-#: The compile pipeline, in order: (step, the PipelineConfig field that switches it on, or
-#: None for a step that always runs).
-STEPS: tuple[tuple[str, str | None], ...] = (
-    ("import", None),         # QDQ ONNX → IR (importer.py)
-    ("passes", None),         # IR passes (passes.py), then shared convs split to fit the store
-    ("fold_input_taps", "fold_input_taps"),  # stems: the host's im2col + 1×1 conv (passes.py)
-    ("space_to_depth", "space_to_depth"),   # stems: SpaceToDepth + stride-1 conv (passes.py)
-    ("fuse", None),           # IR nodes → groups (groups.py)
-    ("generate", None),       # groups → instructions, every feature map in DRAM (codegen.py)
-    ("modules", "modules"),   # module-level allocation (modules.py)
+@dataclass(frozen=True)
+class CompileState:
+    """What the pipeline carries from step to step: the target, the imported graph with its
+    host plan, then the groups and the program as the steps produce them."""
+    source: object                     # the QDQ model (a path or a ModelProto)
+    target: HwConfig
+    imported: Imported | None = None
+    groups: tuple[Group, ...] | None = None
+    program: Program | None = None
+    #: The configuration-dependent rewrites that changed the graph, in order.
+    rewrites: tuple[str, ...] = ()
+
+    @property
+    def graph(self) -> Graph:
+        return self.imported.graph
+
+    def with_graph(self, graph: Graph, host: HostPlan | None = None) -> "CompileState":
+        return replace(self, imported=replace(self.imported, graph=graph,
+                                              host=host or self.imported.host))
+
+    def rewritten(self, name: str) -> "CompileState":
+        return self if name in self.rewrites else replace(self, rewrites=self.rewrites + (name,))
+
+
+#: A step: ``(state, pipeline) -> (state, changed)``.
+StepFunction = Callable[[CompileState, "PipelineConfig"], tuple[CompileState, bool]]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of :data:`STEPS`: a pass with the one contract of :data:`StepFunction`."""
+    name: str
+    run: StepFunction
+    #: The :class:`PipelineConfig` field that switches it on; None: it always runs.
+    switch: str | None = None
+    #: The name it records in :attr:`Compiled.rewrites` when it changes the graph; None for
+    #: the steps every compilation takes.
+    rewrite: str | None = None
+
+    def enabled(self, pipeline: "PipelineConfig") -> bool:
+        return self.switch is None or getattr(pipeline, self.switch)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What the driver measured of one step: its wall time and whether it changed anything."""
+    name: str
+    seconds: float
+    changed: bool
+
+
+def _import(state, pipeline):
+    return replace(state, imported=import_model(state.source)), True
+
+
+def _passes(state, pipeline):
+    graph, applied = run_passes(state.graph)
+    return state.with_graph(graph), bool(applied)
+
+
+def _split_shared_wide_convs(state, pipeline):
+    graph, changed = split_shared_wide_convs(state.graph, state.target)
+    return state.with_graph(graph), changed
+
+
+def _fold_input_taps(state, pipeline):
+    graph, folded = fold_input_taps(state.graph, state.target)
+    if not folded:
+        return state, False
+    return state.with_graph(graph, state.imported.host.with_input_taps(folded)), True
+
+
+def _fold_row_taps(state, pipeline):
+    """The rows of a stride-1 stem over a SpaceToDepth that the host runs."""
+    if not state.imported.host.space_to_depth:
+        return state, False
+    return _fold_input_taps(state, pipeline)
+
+
+def _space_to_depth(state, pipeline):
+    graph, changed = space_to_depth_strided_convs(state.graph, state.target)
+    return state.with_graph(graph), changed
+
+
+def _space_to_depth_on_host(state, pipeline):
+    before = state.graph
+    graph, moved = space_to_depth_on_host(before)
+    if not moved:
+        return state, False
+    host = state.imported.host.with_space_to_depth(
+        {new: (old, before.tensors[old].shape) for new, old in moved.items()})
+    return state.with_graph(graph, host), True
+
+
+def _fuse(state, pipeline):
+    return replace(state, groups=tuple(fuse(state.graph))), True
+
+
+def _generate(state, pipeline):
+    return replace(state, program=generate(state.graph, list(state.groups), state.target)), True
+
+
+def _modules(state, pipeline):
+    from .modules import plan_modules
+
+    plan = plan_modules(state.graph, list(state.groups), state.target,
+                        pipeline.module_capacity)
+    return replace(state.with_graph(plan.graph), groups=tuple(plan.groups),
+                   program=plan.program), True
+
+
+#: The compile pipeline, in order; :func:`compile_model` runs, times and checks each step that
+#: the :class:`PipelineConfig` switches on.
+STEPS: tuple[Step, ...] = (
+    Step("import", _import),                      # QDQ ONNX → IR (importer.py)
+    Step("passes", _passes),                      # IR clean-ups (passes.PASSES)
+    Step("split_shared_wide_convs", _split_shared_wide_convs,       # shared convs fit the store
+         rewrite="split_shared_wide_convs"),
+    Step("fold_input_taps", _fold_input_taps, "fold_input_taps",    # stems: host im2col + 1×1
+         rewrite="fold_input_taps"),
+    Step("space_to_depth", _space_to_depth, "space_to_depth",       # stems: SpaceToDepth +
+         rewrite="space_to_depth"),                                 # a stride-1 conv
+    Step("space_to_depth_on_host", _space_to_depth_on_host, "space_to_depth",  # …of an input:
+         rewrite="space_to_depth_on_host"),                                     # on the host
+    Step("fold_row_taps", _fold_row_taps, "fold_input_taps",        # its rows' taps: host
+         rewrite="fold_input_taps"),
+    Step("fuse", _fuse),                          # IR nodes → groups (groups.py)
+    Step("generate", _generate),                  # groups → instructions + image (codegen.py)
+    Step("modules", _modules, "modules"),         # module-level allocation (modules.py)
 )
 
 
@@ -88,6 +208,8 @@ class Compiled:
     #: The configuration-dependent rewrites that changed the graph ("split_shared_wide_convs",
     #: "space_to_depth"): the program computes the network through them.
     rewrites: tuple[str, ...] = ()
+    #: Each step the pipeline ran: its time and whether it changed anything.
+    steps: tuple[StepRecord, ...] = ()
 
     @property
     def graph(self):
@@ -140,42 +262,19 @@ def ensure_qdq(src, workdir, calibration=None, activation_signed: bool = False):
 
 def compile_model(src, config: HwConfig, pipeline: PipelineConfig = PipelineConfig()
                   ) -> Compiled:
-    """Run the steps of :data:`STEPS` that ``pipeline`` switches on."""
-    imported = import_model(src)
-    graph, _ = run_passes(imported.graph)
-    rewrites, host = [], imported.host
-
-    def rewritten(name: str, result: Graph, changed) -> Graph:
-        if changed:
-            check(result)
-            if name not in rewrites:
-                rewrites.append(name)
-        return result
-
-    def taps_folded(graph: Graph) -> Graph:
-        nonlocal host
-        if not pipeline.fold_input_taps:
-            return graph
-        graph, folded = fold_input_taps(graph, config)
-        if folded:
-            host = host.with_input_taps(folded)
-        return rewritten("fold_input_taps", graph, folded)
-
-    graph = rewritten("split_shared_wide_convs", *split_shared_wide_convs(graph, config))
-    graph = taps_folded(graph)
-    if pipeline.space_to_depth:
-        before = rewritten("space_to_depth", *space_to_depth_strided_convs(graph, config))
-        graph, moved = space_to_depth_on_host(before)
-        graph = rewritten("space_to_depth_on_host", graph, moved)
-        if moved:
-            host = host.with_space_to_depth({new: (old, before.tensors[old].shape)
-                                             for new, old in moved.items()})
-            graph = taps_folded(graph)      # the rows of a stride-1 stem over SpaceToDepth
-    imported = replace(imported, graph=graph, host=host)
-    groups = fuse(graph)
-    compiled = Compiled(imported, groups, generate(graph, groups, config), pipeline,
-                        tuple(rewrites))
-    if pipeline.modules:
-        from .modules import apply_modules
-        compiled = apply_modules(compiled, pipeline.module_capacity)
-    return compiled
+    """Run the steps of :data:`STEPS` that ``pipeline`` switches on, timing each and checking
+    the graph after every step that changed it."""
+    state, log = CompileState(src, config), []
+    for step in STEPS:
+        if not step.enabled(pipeline):
+            continue
+        t0 = time.perf_counter()
+        before = state.imported and state.graph
+        state, changed = step.run(state, pipeline)
+        if state.graph is not before:
+            check(state.graph)
+        if changed and step.rewrite is not None:
+            state = state.rewritten(step.rewrite)
+        log.append(StepRecord(step.name, time.perf_counter() - t0, changed))
+    return Compiled(state.imported, list(state.groups), state.program, pipeline,
+                    state.rewrites, tuple(log))

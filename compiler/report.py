@@ -35,7 +35,9 @@ def compile_report(compiled: Compiled, source: str, notes: list[str] = ()) -> st
         f"- hardware: {prog.config.summary()}",
         f"- ONNX nodes: {compiled.imported.onnx_nodes} → IR nodes: "
         f"{len(compiled.graph.nodes)} → groups (instructions): {len(prog.instructions)}",
-        f"- pipeline steps: {', '.join(compiled.pipeline.steps)}",
+        "- pipeline steps: " + ", ".join(
+            f"{r.name} ({r.seconds:.2f} s{'' if r.changed else ', no change'})"
+            for r in compiled.steps),
         f"- DRAM image: {prog.layout.image_bytes} bytes (parameters {len(prog.params)})",
         f"- host before the accelerator: QuantizeLinear of {len(prog.inputs)} input(s)"
         + "".join(f", then {what} into `{name}` ({'x'.join(map(str, shape))})"

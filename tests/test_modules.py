@@ -3,6 +3,7 @@ checker against deliberately broken placements, golden-model and RTL runs of an 
 network placed by the pass, and the Inception-V3 figures beside the paper's Table 1."""
 
 import dataclasses
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -147,9 +148,12 @@ def test_pipeline_switch_places_the_modules(compiled, buffer_kib):
     net, path, c = compiled
     capacity = None if buffer_kib is None else (buffer_kib * 1024,) * 3
     switched = compile_model(path, TINY, PipelineConfig(modules=True, module_capacity=capacity))
-    steps = ("import", "passes", "fold_input_taps", "space_to_depth", "fuse", "generate")
+    steps = ("import", "passes", "split_shared_wide_convs", "fold_input_taps", "space_to_depth",
+             "space_to_depth_on_host", "fold_row_taps", "fuse", "generate")
     assert c.pipeline.steps == steps
     assert switched.pipeline.steps == steps + ("modules",)
+    assert [record.name for record in switched.steps] == list(steps + ("modules",))
+    assert [record.changed for record in switched.steps][-3:] == [True, True, True]
     p = plan_modules(c.graph, c.groups, TINY, capacity)
     assert switched.program.instructions == p.program.instructions
     assert [g.name for g in switched.groups] == [g.name for g in p.groups]
@@ -332,8 +336,8 @@ def test_cli_run_with_modules_matches_onnxruntime(compiled, tmp_path):
     net, path, _ = compiled
     assert main(["compile", str(path), "--modules", "-o", str(tmp_path / "out")]) == 0
     report = (tmp_path / "out" / "report.md").read_text()
-    assert ("pipeline steps: import, passes, fold_input_taps, space_to_depth, fuse, generate, "
-            "modules") in report
+    steps = re.search(r"pipeline steps: (.*)", report).group(1)
+    assert re.findall(r"(\w+) \(\d+\.\d\d s", steps) == list(PipelineConfig(modules=True).steps)
     assert any(f"| BUF{k}+" in report for k in range(3))     # a module map on chip
     np.save(tmp_path / "x.npy", net.samples(1, seed=9))
     for backend, extra in (("onnxruntime", []), ("golden", ["--modules"])):
