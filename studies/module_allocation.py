@@ -20,14 +20,14 @@ from types import SimpleNamespace
 from typing import Sequence
 
 from sfnpu import layout
-from sfnpu.config import ROW_BUFFER_ROWS, HwConfig, get_config
-
-from sfnpu.models import builders
-from sfnpu.studies.networks import study_model
 from sfnpu.compiler.modules import (GroupFm, ModulePlan, module_group_indices, plan_modules,
-                      traffic_by_group)
-from sfnpu.studies.paper_reference import KIM_CITATION, KIM_SRAM_KB, KIM_TABLE_1, KIM_TOTAL, KimModule
+                                    traffic_by_group)
 from sfnpu.compiler.pipeline import Compiled, compile_model, ensure_qdq
+from sfnpu.config import ROW_BUFFER_ROWS, HwConfig, get_config
+from sfnpu.models import builders
+
+from .networks import study_model
+from .paper_reference import KIM_CITATION, KIM_SRAM_KB, KIM_TABLE_1, KIM_TOTAL, KimModule
 
 __all__ = ["ModuleReportError", "npu_config", "Fm", "ModuleRow", "ModuleStudy", "study", "write_report",
            "SWEEP_KIB", "PAPER_NPU_PARALLELISM"]

@@ -15,12 +15,12 @@ from typing import Protocol
 
 import onnx
 
-from sfnpu.models import builders
 from sfnpu.compiler.blocks import Blocks
 from sfnpu.compiler.cutpoints import Progress, SearchResult, search
 from sfnpu.compiler.memory import Budget
 from sfnpu.compiler.pipeline import Compiled
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
+from sfnpu.models import builders
 
 __all__ = ["VGG_CONV_OUTPUT", "float_model", "study_model", "minimum_sram"]
 

@@ -40,14 +40,15 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 
 from sfnpu.compiler.importer import import_model
 from sfnpu.compiler.ir import Graph
-from sfnpu.studies.networks import study_model
-from sfnpu.studies.paper_reference import (CITATION, TABLE_II, RESTRUCTURE_AVERAGE_II, RESTRUCTURE_AVERAGE_III,
-                              RESTRUCTURE_CITATION, RESTRUCTURE_SWEEP_SECONDS,
-                              RESTRUCTURE_TABLE_II, RESTRUCTURE_TABLE_III, PaperRestructure)
 from sfnpu.compiler.passes import run_passes
 from sfnpu.compiler.restructure import Restructured, memory_profile, restructure
-from sfnpu.studies.restructuring_check import check_on_golden, encodable
-from sfnpu.studies.restructuring_sram import TABLE_II_SPLIT_STUDIES, FrontSweep, sweep_front
+
+from .networks import study_model
+from .paper_reference import (CITATION, TABLE_II, RESTRUCTURE_AVERAGE_II, RESTRUCTURE_AVERAGE_III,
+                              RESTRUCTURE_CITATION, RESTRUCTURE_SWEEP_SECONDS,
+                              RESTRUCTURE_TABLE_II, RESTRUCTURE_TABLE_III, PaperRestructure)
+from .restructuring_check import check_on_golden, encodable
+from .restructuring_sram import TABLE_II_SPLIT_STUDIES, FrontSweep, sweep_front
 
 __all__ = ["Variant", "VARIANTS", "NETWORKS", "ALPHAS", "SLICES", "OVERHEAD_CAP", "Point",
            "NetworkSweep", "sweep_network", "write_report", "run_report"]

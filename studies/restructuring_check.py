@@ -22,13 +22,13 @@ from typing import Mapping
 import numpy as np
 
 from sfnpu import numeric
-from sfnpu.config import HwConfig, get_config
-from sfnpu.sim.golden import GoldenModel
-
 from sfnpu.compiler.codegen import generate
 from sfnpu.compiler.groups import fuse
 from sfnpu.compiler.ir import Graph, Node, Tensor
-from sfnpu.compiler.restructure import Region, Restructured, RestructureError, SplitBlock, hardware_pads
+from sfnpu.compiler.restructure import (Region, Restructured, RestructureError, SplitBlock,
+                                        hardware_pads)
+from sfnpu.config import HwConfig, get_config
+from sfnpu.sim.golden import GoldenModel
 
 __all__ = ["Equivalence", "run_node", "check_on_golden", "run_program", "run_pieces",
            "encodable"]

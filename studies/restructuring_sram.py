@@ -31,16 +31,16 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Mapping, Sequence
 
-from sfnpu.config import HwConfig, get_config
-
 from sfnpu.compiler.codegen import generate
 from sfnpu.compiler.groups import fuse
 from sfnpu.compiler.importer import import_model
 from sfnpu.compiler.ir import Graph, Node, Tensor, check
-from sfnpu.studies.networks import minimum_sram, study_model
 from sfnpu.compiler.passes import run_passes
-from sfnpu.compiler.restructure import (Region, Restructured, RestructureError, block_order, hardware_pads,
-                          split, splittable)
+from sfnpu.compiler.restructure import (Region, Restructured, RestructureError, block_order,
+                                        hardware_pads, split, splittable)
+from sfnpu.config import HwConfig, get_config
+
+from .networks import minimum_sram, study_model
 
 __all__ = ["Piece", "piece_graphs", "PiecesResult", "evaluate_pieces", "front_split",
            "FrontSweep", "sweep_front", "sweep_front_graph", "TABLE_II_SPLIT_STUDIES"]

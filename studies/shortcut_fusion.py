@@ -32,6 +32,7 @@ import itertools
 import math
 import time
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
@@ -40,19 +41,21 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn)
 
 from sfnpu import layout
+from sfnpu.compiler.blocks import Blocks, detect_blocks
+from sfnpu.compiler.cutpoints import (LATENCY_TIE, Evaluation, NoFeasiblePolicy, SearchResult,
+                                      conv_macs, count_policies, evaluate, long_path_options,
+                                      search, select)
+from sfnpu.compiler.memory import (WEIGHT_BUFFER, WEIGHT_READS, Budget, Policy, allocate, place,
+                                   staging)
+from sfnpu.compiler.pipeline import Compiled, PipelineConfig, compile_model, ensure_qdq
 from sfnpu.config import HwConfig, get_config
 from sfnpu.isa import ConvKind, Eltwise, MemSpace, Reuse
-
 from sfnpu.models import builders
-from sfnpu.compiler.blocks import Blocks, detect_blocks
-from sfnpu.compiler.cutpoints import (LATENCY_TIE, Evaluation, NoFeasiblePolicy, SearchResult, conv_macs,
-                        count_policies, evaluate, long_path_options, search, select)
-from sfnpu.compiler.memory import WEIGHT_BUFFER, WEIGHT_READS, Budget, Policy, allocate, place, staging
-from sfnpu.studies.networks import study_model
-from sfnpu.studies.paper_reference import (CITATION, FIG_16, FIG_16_CITATION, FIG_17_CITATION, TABLE_II,
-                              TABLE_III, TABLE_IV, TABLE_IV_CITATION, TABLE_VI,
-                              TABLE_VI_CITATION, PaperMinBuffer, PaperPerformance)
-from sfnpu.compiler.pipeline import Compiled, PipelineConfig, compile_model, ensure_qdq
+
+from .networks import study_model
+from .paper_reference import (CITATION, FIG_16, FIG_16_CITATION, FIG_17_CITATION, TABLE_II,
+                              TABLE_III, TABLE_IV, TABLE_IV_CITATION, TABLE_VI, TABLE_VI_CITATION,
+                              PaperMinBuffer, PaperPerformance)
 
 __all__ = ["ReportError", "Study", "PAPER_STUDIES", "resolve_studies", "NetworkResult",
            "run_study", "buffer_lower_bound", "sweep_rows", "write_network", "write_summary",
@@ -489,94 +492,10 @@ def _policy(result: NetworkResult, e: Evaluation) -> str:
     return f"{e.policy.label} ({where})"
 
 
-#: General causes of differences from the paper, in every report.
-DEVIATIONS = f"""\
-- **Lane padding (our buffer accounting).** Our tensors are channel-blocked to 64 lanes and
-  weights to 64×64 blocks (`sfnpu.layout`), as the hardware stores them: the 3-channel input
-  image fills a whole 64-lane row (×21 in the row buffer, eq. 3, and in the DRAM read of the
-  input), EfficientNet's 16/24/40-channel maps ×4/×2.7/×1.6. The paper's equations count
-  dense C·H·W bytes; the "dense" columns apply its eqs. 1–6 and Algorithm 1 literally to the
-  same placed program (largest tensor per buffer, partial sums for frame layers only).
-- **Buffers.** Ours are the allocator's real extents (tensors live at the same time share a
-  buffer at different offsets); Algorithm 1 counts only the largest tensor per buffer.
-  A frame-mode convolution with several output-channel blocks whose input is in DRAM reads
-  it once: staged on chip when its weights are larger than the input (the paper's Algorithm 1
-  step 2 also sizes the input buffer), else with its whole weights in the weight store, which
-  eq. 1 then counts beside the row-mode layers' (the paper's frame reuse buffers one weight
-  block and would re-read the input per block).
-- **Weight store.** Eq. 2 shares buffer 1 between a row-mode layer's weights and feature
-  maps, and the paper's frame mode buffers one small weight block. sfnpu's controller has a
-  weight store of its own (`buffer_bytes[1]`): row reuse preloads a layer's weights into it;
-  frame reuse takes as many whole output blocks' weights per chunk as it holds, copying a DRAM
-  input into the staging area during the first chunk so that DRAM delivers it once. Our SRAM
-  columns follow eqs. 1–6; the RTL instantiates the weight store beside the three
-  feature-map buffers.
-- **Shared weights** (RetinaNet's heads over five pyramid levels). Groups applying one weight
-  tensor run back to back, and a group whose weights the store still holds does not read them
-  again (`weights_held`), in every policy including the everything-once baseline. A shared
-  layer whose weights exceed the store (the class predictor) is split into output-channel
-  slices that fit, concatenated into its output; each slice re-reads the layer's input.
-- **Eq. 4/5.** The paper's accelerator keeps frame-wide partial sums (eq. 4: out_w × out_h ×
-  To × 4 B per frame layer) and a frame-sized write buffer for frame layers writing to DRAM
-  (eq. 5). sfnpu's controller runs frame reuse as chunks of whole output-channel blocks, each
-  summing its input-channel blocks one output row at a time, and drains its write buffer in
-  row segments (`hw/controller.py`), so in both modes it needs one output row of To partial
-  sums and one To-channel output row: that is our column. The dense column keeps the paper's
-  eqs. 4–5 (frame layers only).
-- **Long-path data** (Sec. IV-A) is decided on our group order, which can interleave
-  independent branches (FPN laterals, YOLO/RetinaNet heads), so more tensors are long paths
-  than with a depth-first order. The paper keeps long-path concat (route) data off chip; we
-  search every cut-point both that way and with long-path tensors and concat destinations held
-  on chip (policies marked "+long paths on chip"), which costs buffer space and saves their
-  DRAM writes and reads when the budget affords it.
-- **Networks.** The builders' torchvision/Darknet graphs with random weights, quantised from
-  one synthetic sample (only shapes matter here); groups come from our ONNX → IR fusion, not
-  the paper's TensorFlow parser, so "layers" differ. The paper's YOLOv2 is a smaller variant
-  than Darknet's (its Table IV gives 17.18 GOP and implies ≈ 13.9 MB of weights).
-- **DRAM.** Exact counts are every byte the instructions move, including the network input,
-  the outputs and the frame-mode read of a row-mode layer's output (eq. 8 omits those).
-  "Total if everything is accessed once" is the all-row-reuse policy's feature-map and
-  parameter traffic (every layer's inputs, outputs and shortcut once) plus every distinct
-  weight tensor once; reduction = 1 − policy / that total.
-  Table IV's and VI's rows give, per budget, the latency-optimal policy (eq. 10, as the paper)
-  and the policy with the least DRAM traffic; every column of a row is that row's policy.
-  Latencies within {LATENCY_TIE:.1%} of the fastest (`cutpoints.LATENCY_TIE`) count as
-  equal, below the cycle model's accuracy against the RTL: YOLOv2's fastest policy saved 9
-  cycles of 6.16 M for 9.7 MB more feature-map traffic (6.9 MB dense).
-- **Weight store size.** A row-mode layer whose weights exceed the weight store streams
-  them once per conv output row; its traffic counts every pass and constraint 10 refuses the
-  policy. The configuration's budget has its own store (`buffer_bytes[1]`). Unlimited buffers
-  (Table II's sweep, the per-network budgets, Figs. 16–17) size the store by eq. 2 to at
-  least the largest row-mode layer's weights, so row reuse holds them, and the latency and
-  DRAM bytes are measured on that store.
-- **DRAM bandwidth is an assumption** of the configuration (kcu1500: one 512-bit port,
-  12.8 GB/s); it enters the latency (cycle model), never SRAM or DRAM bytes.
-- **Latency** is the cycle model's (`sim/cycle.py`) for sfnpu's own microarchitecture on the
-  configuration: its controller runs one output-channel chunk over whole rows, streams
-  feature maps through one DMA port and has no DSP packing of the MAC-array schedule beyond
-  what the configuration states, so its MAC efficiency is its own, not the paper's design's.
-  Table IV's latency, GOPS and MAC efficiency are for the row's policy. GOPS = 2 × conv MACs /
-  latency.
-- **Stems.** A convolution over the image keeps 3 of the array's 64 input lanes busy for
-  kh·kw cycles per pixel. The host prologue lays the stem's taps out as channels beside the
-  input's quantisation (im2col of the 8-bit codes, `passes.fold_input_taps`) where they fit
-  one lane block: the 3×3 stems of YOLOv2, YOLOv3, VGG and EfficientNet (27 taps) run as
-  1×1 convolutions, one cycle per output pixel instead of 9 (or 4 after SpaceToDepth). The
-  7×7 stride-2 stem of ResNet and RetinaNet (147 taps) runs as SpaceToDepth and a stride-1
-  4×4 convolution over 12 channels (`passes.space_to_depth_strided_convs`), whose rows'
-  taps (4 × 12 = 48) fit: the host hands over both rearrangements and the stem runs 4×1
-  over 48 channels, 4 cycles per output pixel instead of 16 (49 for the 7×7 as written).
-  Every form is bit for bit the same, and the accelerator reads one 64-lane block per pixel
-  of its input, no more DRAM bytes than the image itself. In dense bytes the taps are
-  kh·kw/stride² times the image (the rows' taps kw times its SpaceToDepth), and the dense
-  columns count them as the off-chip feature map they are. The host's rearrangements only
-  move 8-bit codes, as TPU input pipelines do for ResNet; their time is not in the latency
-  (nor is the input's quantisation). A SpaceToDepth inside the network is a one-hot 2×2
-  stride-2 convolution group. Latency, SRAM and DRAM traffic are the program's that runs.
-  GOP, the weights and the everything-once total are the network's as written, so the
-  rewrites' zero taps count against our policies, never for them.
-- **MB**: the paper does not say 10⁶ or 2²⁰ bytes; MB here is 10⁶, MiB is also given.
-"""
+#: General causes of differences from the paper, in every report (``deviations.md`` beside
+#: this module: prose belongs in a text file, not in code).
+DEVIATIONS = (resources.files(__package__) / "deviations.md").read_text().split("-->\n", 1)[1] \
+    .replace("{latency_tie}", f"{LATENCY_TIE:.1%}")
 
 
 def _table_ii_lines(result: NetworkResult) -> list[str]:
