@@ -63,7 +63,7 @@ MB, MIB = 1e6, float(1 << 20)
 YOLOV3_SEARCH_TARGET_S = 60.0
 #: Ratio ours/paper accepted without a specific explanation (issue 4: "within 15 %").
 TOLERANCE = 1.15
-LATENCY_SOURCE = "the cycle model (sim/cycle.py) of the configuration's microarchitecture"
+LATENCY_SOURCE = "the cycle model (sim/cycle/) of the configuration's microarchitecture"
 
 
 class ReportError(ValueError):
@@ -551,7 +551,7 @@ DEVIATIONS = f"""\
   DRAM bytes are measured on that store.
 - **DRAM bandwidth is an assumption** of the configuration (kcu1500: one 512-bit port,
   12.8 GB/s); it enters the latency (cycle model), never SRAM or DRAM bytes.
-- **Latency** is the cycle model's (`sim/cycle.py`) for sfnpu's own microarchitecture on the
+- **Latency** is the cycle model's (`sim/cycle/`) for sfnpu's own microarchitecture on the
   configuration: its controller runs one output-channel chunk over whole rows, streams
   feature maps through one DMA port and has no DSP packing of the MAC-array schedule beyond
   what the configuration states, so its MAC efficiency is its own, not the paper's design's.
