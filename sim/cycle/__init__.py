@@ -50,6 +50,14 @@ cycles of sizing and checks, and the read of the next group's weights, from the 
 of COMPUTE, timed as the control FSM's reads — the compiler sets it only where the compute
 phase has the bus to itself (:func:`sfnpu.hw.limits.prefetch_pays`); the next group then
 finds its weights held.
+
+One module per controller component it times, composed by :class:`CycleModel`'s row loop
+(``model.py``): ``dram`` (the DMA's closed forms, :class:`~.dram.DmaTiming`; the command
+arbiter and the bus, :class:`~.dram.CommandArbiter`), ``input_reader``, ``shortcut``,
+``weights`` (the weight stream), ``post_chain`` with ``avg_pool`` and ``upsample``,
+``output_writer``; ``shape`` holds the group's derived parameters and a chunk's array pace,
+``compare`` the comparison with the RTL's group log. ``tests/test_cycle_components.py`` checks
+components against their RTL blocks alone.
 """
 
 from .compare import GROUP_SLACK, GROUP_TOLERANCE, RUN_TOLERANCE, Comparison, compare

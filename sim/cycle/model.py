@@ -95,8 +95,8 @@ class CycleModel(DmaTiming):
     def shape(self, instr: Instruction) -> Shape:
         g = group_shape(instr, self.sizes)
         return Shape(g.depthwise, g.identity, g.in_blocks, g.out_blocks, g.ib, g.conv_h,
-                      g.conv_w, g.steps, g.taps, g.row_words, g.places,
-                      streams_weights(instr, self.config), chunk_blocks(instr, self.config))
+                     g.conv_w, g.steps, g.taps, g.row_words, g.places,
+                     streams_weights(instr, self.config), chunk_blocks(instr, self.config))
 
     def _chunks(self, s: Shape) -> list[int]:
         if not s.chunk_obs:
@@ -117,54 +117,28 @@ class CycleModel(DmaTiming):
         address (IMAGE_BASE): DRAM locations are offsets from it, and the DMA splits bursts
         at 4 KiB boundaries of the absolute addresses; ``next_instr``: the instruction after
         it, whose weights a group with ``prefetch`` loads."""
-        cfg, B, L = self.config, self.B, self.L
         s = self.shape(instr)
-        read = write = 0
-        control = 0
-        if section_count is not None:
-            for address, length in ((base, image.HEADER.size),
-                                    (base + image.HEADER.size,
-                                     section_count * image.SECTION.size)):
-                cycles, n = self.control_read(address, length)
-                control += cycles + 1                         # + HEADER_CHECK / TABLE_CHECK
-                read += n * B
-        # FETCH, FETCH_ALIGN, DECODE, DECODE2, DIVIDE (one quotient bit per cycle, + 1).
-        cycles, n = self.control_read(base + fetch_address, isa.WORDS * 4)
-        read += n * B
-        control += cycles + 3 + self.row_words_max.bit_length() + 1
         chunks = self._chunks(s)
-        if s.chunk_obs != s.out_blocks:                      # CHUNK: one block per cycle
-            control += s.chunk_obs + 1
-        # PARAM: every store takes a beat per cycle (the activation tables too).
-        cycles, n = self.control_read(base + instr.params.offset,
-                                      layout.param_bytes(instr, cfg))
-        control += cycles
-        read += n * B
+        control, read = self._control(instr, s, fetch_address, section_count, base)
+        write = compute = 0
         loads_weights = not (s.identity or s.streaming or instr.weights_held)
-        compute = 0
         bounds = []
         # A staged input (hw.limits.stages_input) comes from DRAM in the first chunk and from
         # the staging buffer in the others.
-        later = instr.replace(input=staging_location(instr)) if stages_input(instr, cfg) \
-            else instr
+        later = instr.replace(input=staging_location(instr)) \
+            if stages_input(instr, self.config) else instr
         ob_base = 0
-        block_bytes = s.ib * s.steps * cfg.ti * cfg.to
-
-        def chunk_read(first: int, blocks: int) -> tuple[int, int]:
-            """(cycles, beats) of the weights of ``blocks`` output blocks from ``first`` on."""
-            length = s.in_blocks * s.taps * L if s.depthwise else blocks * block_bytes
-            return self.control_read(base + instr.weights.offset + first * block_bytes, length)
         for k, obs in enumerate(chunks):
             if loads_weights and not (k and instr.double_buffer):
-                cycles, n = chunk_read(ob_base, obs)           # WEIGHT_CMD
+                cycles, n = self._weight_read(instr, s, base, ob_base, obs)     # WEIGHT_CMD
                 control += cycles
-                read += n * B
+                read += n * self.B
             cycles, r, w, bound = self._compute(later if k else instr, s, obs, ob_base, base)
             if instr.double_buffer and k + 1 < len(chunks):
                 # the next chunk loads behind this one: CHUNK, PLACE, then its read
-                load, n = chunk_read(ob_base + obs, chunks[k + 1])
+                load, n = self._weight_read(instr, s, base, ob_base + obs, chunks[k + 1])
                 cycles = max(cycles, 2 + load + 1)
-                r += n * B
+                r += n * self.B
             elif instr.prefetch and k + 1 == len(chunks):
                 prefetch, n = self._prefetch(next_instr, base + fetch_address + isa.WORDS * 4,
                                              base)
@@ -178,6 +152,39 @@ class CycleModel(DmaTiming):
         cycles = control + compute + 1                          # + GROUP_END
         return GroupTiming(index, cycles, read, write, instr.reuse, control, compute,
                            max(set(bounds), key=bounds.count))
+
+    def _control(self, instr: Instruction, s: Shape, fetch_address: int,
+                 section_count: int | None, base: int) -> tuple[int, int]:
+        """(cycles, read bytes) of the control FSM's states before the first chunk's weights:
+        the header and section table (``section_count``), FETCH … DIVIDE, CHUNK, PARAM."""
+        B = self.B
+        read = control = 0
+        if section_count is not None:
+            for address, length in ((base, image.HEADER.size),
+                                    (base + image.HEADER.size,
+                                     section_count * image.SECTION.size)):
+                cycles, n = self.control_read(address, length)
+                control += cycles + 1                         # + HEADER_CHECK / TABLE_CHECK
+                read += n * B
+        # FETCH, FETCH_ALIGN, DECODE, DECODE2, DIVIDE (one quotient bit per cycle, + 1).
+        cycles, n = self.control_read(base + fetch_address, isa.WORDS * 4)
+        read += n * B
+        control += cycles + 3 + self.row_words_max.bit_length() + 1
+        if s.chunk_obs != s.out_blocks:                      # CHUNK: one block per cycle
+            control += s.chunk_obs + 1
+        # PARAM: every store takes a beat per cycle (the activation tables too).
+        cycles, n = self.control_read(base + instr.params.offset,
+                                      layout.param_bytes(instr, self.config))
+        return control + cycles, read + n * B
+
+    def _weight_read(self, instr: Instruction, s: Shape, base: int, first: int,
+                     blocks: int) -> tuple[int, int]:
+        """(cycles, beats) of the control FSM's read of the weights of ``blocks`` output blocks
+        from ``first`` on (a depthwise layer's are all read at once)."""
+        cfg = self.config
+        block_bytes = s.ib * s.steps * cfg.ti * cfg.to
+        length = s.in_blocks * s.taps * self.L if s.depthwise else blocks * block_bytes
+        return self.control_read(base + instr.weights.offset + first * block_bytes, length)
 
     def _prefetch(self, nxt: Instruction | None, address: int, base: int) -> tuple[int, int]:
         """(cycles, read bytes) of a ``prefetch``: from the first cycle of COMPUTE to the one in
