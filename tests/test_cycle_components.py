@@ -6,10 +6,13 @@ Amaranth's simulator: cycle for cycle.
   :class:`~sfnpu.sim.cycle.dram.CommandArbiter`'s bus (reads and writes through the DMA's two
   directions on the memory's one bandwidth credit) against ``hw/dma.py`` + ``hw/axi_mem.py``,
   on the configurations whose beat is a whole number of cycles;
-* :class:`~sfnpu.sim.cycle.upsample.Upsampler` against ``hw/upsample.py``.
+* :class:`~sfnpu.sim.cycle.upsample.Upsampler` against ``hw/upsample.py``;
+* the post chain's global average pool (:func:`~sfnpu.sim.cycle.post_chain.gap_outputs`)
+  against ``hw/gap.py``.
 
-The other components (input and shortcut readers, weight stream, output writer, post chain,
-average pool) are checked only through the whole accelerator (``tests/test_system.py``).
+The other components (input and shortcut readers, weight stream, output writer, the rest of
+the post chain, average pool) are checked only through the whole accelerator
+(``tests/test_system.py``).
 """
 
 import sys
@@ -21,9 +24,11 @@ import pytest
 from amaranth.sim import Simulator
 
 from sfnpu.config import get_config
+from sfnpu.hw.gap import GlobalAvgPool
 from sfnpu.hw.upsample import Upsample2x
 from sfnpu.isa import Pool
 from sfnpu.sim.cycle.dram import CommandArbiter, DmaTiming
+from sfnpu.sim.cycle.post_chain import gap_outputs
 from sfnpu.sim.cycle.upsample import Upsampler
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -93,25 +98,24 @@ def test_command_arbiter_matches_the_dma(name):
         assert arbiter.beats_moved == len(trace.r) + len(trace.w)
 
 
-def upsampler_beats(arrivals, width):
-    """Cycles of Upsample2x's output beats when input word k is offered from ``arrivals[k]``
-    on (held until taken) and the output is always ready."""
-    dut = Upsample2x(lanes=4, max_width=width)
+def offered_stream(dut, arrivals, outputs, config):
+    """A testbench: input word k offered from cycle ``arrivals[k]`` on (held until taken),
+    the output always ready; the cycles of the first ``outputs`` output beats."""
     out = []
 
     async def bench(ctx):
-        ctx.set(dut.enable, 1)
-        ctx.set(dut.in_w, width)
+        for name, value in config.items():
+            ctx.set(getattr(dut, name), value)
         ctx.set(dut.o_stream.ready, 1)
         k = 0
-        for cycle in range(arrivals[-1] + 8 * len(arrivals) + 16):
+        for cycle in range(arrivals[-1] + 8 * len(arrivals) + 40 * outputs + 16):
             offer = k < len(arrivals) and cycle >= arrivals[k]
             ctx.set(dut.i_stream.valid, offer)
             _, _, taken, valid = await ctx.tick().sample(dut.i_stream.ready, dut.o_stream.valid)
             k += bool(offer and taken)
             if valid:
                 out.append(cycle)
-            if len(out) == 4 * len(arrivals):
+            if len(out) == outputs:
                 return
 
     sim = Simulator(dut)
@@ -119,6 +123,12 @@ def upsampler_beats(arrivals, width):
     sim.add_testbench(bench)
     sim.run()
     return out
+
+
+def upsampler_beats(arrivals, width):
+    """Cycles of Upsample2x's output beats."""
+    return offered_stream(Upsample2x(lanes=4, max_width=width), arrivals, 4 * len(arrivals),
+                          {"enable": 1, "in_w": width})
 
 
 @pytest.mark.parametrize("blocks, width, rows, seed", [(1, 5, 3, 0), (3, 2, 4, 1),
@@ -142,3 +152,24 @@ def test_upsampler_matches_upsample2x(blocks, width, rows, seed):
                                            for b in range(blocks)])
         expect += beats
     assert upsampler_beats(arrivals, blocks * width) == expect
+
+
+@pytest.mark.parametrize("lanes, in_h, in_w, blocks, block_cycles", [
+    (8, 2, 3, 1, 3),
+    (8, 2, 3, 3, 3),           # blocks closer than an output: each waits for the one before
+    (8, 3, 4, 4, 20),
+    (8, 2, 5, 3, 9),
+    (4, 2, 2, 5, 2),
+    (16, 2, 6, 3, 30),
+])
+def test_gap_outputs_match_global_avg_pool(lanes, in_h, in_w, blocks, block_cycles):
+    """The last row's blocks end ``block_cycles`` apart (their words back to back before
+    that): each block's output beat, from the cycle the last block's last word is offered."""
+    arrivals = list(range(1, (in_h - 1) * blocks * in_w + 1))
+    first_end = len(arrivals) + 20 + in_w
+    ends = [first_end + b * block_cycles for b in range(blocks)]
+    arrivals += [end - in_w + 1 + x for end in ends for x in range(in_w)]
+    dut = GlobalAvgPool(lanes, max_height=16, max_width=32, max_blocks=blocks)
+    got = offered_stream(dut, arrivals, blocks, {
+        "enable": 1, "in_h": in_h, "in_w": in_w, "blocks": blocks, "multiplier": 0x3C000000})
+    assert [cycle - ends[-1] for cycle in got] == gap_outputs(lanes, blocks, block_cycles)
