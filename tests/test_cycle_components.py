@@ -8,10 +8,12 @@ Amaranth's simulator: cycle for cycle.
   on the configurations whose beat is a whole number of cycles;
 * :class:`~sfnpu.sim.cycle.upsample.Upsampler` against ``hw/upsample.py``;
 * the post chain's global average pool (:func:`~sfnpu.sim.cycle.post_chain.gap_outputs`)
-  against ``hw/gap.py``.
+  against ``hw/gap.py``;
+* :class:`~sfnpu.sim.cycle.avg_pool.AvgPool`'s walk (line buffers, window sums, dividers)
+  against ``hw/avgpool.py``, free-running (its hold on the array needs the result FIFO).
 
 The other components (input and shortcut readers, weight stream, output writer, the rest of
-the post chain, average pool) are checked only through the whole accelerator
+the post chain, the average pool's hold) are checked only through the whole accelerator
 (``tests/test_system.py``).
 """
 
@@ -24,9 +26,11 @@ import pytest
 from amaranth.sim import Simulator
 
 from sfnpu.config import get_config
+from sfnpu.hw.avgpool import AvgPool as AvgPoolRtl
 from sfnpu.hw.gap import GlobalAvgPool
 from sfnpu.hw.upsample import Upsample2x
 from sfnpu.isa import Pool
+from sfnpu.sim.cycle.avg_pool import AvgPool
 from sfnpu.sim.cycle.dram import CommandArbiter, DmaTiming
 from sfnpu.sim.cycle.post_chain import gap_outputs
 from sfnpu.sim.cycle.upsample import Upsampler
@@ -173,3 +177,43 @@ def test_gap_outputs_match_global_avg_pool(lanes, in_h, in_w, blocks, block_cycl
     got = offered_stream(dut, arrivals, blocks, {
         "enable": 1, "in_h": in_h, "in_w": in_w, "blocks": blocks, "multiplier": 0x3C000000})
     assert [cycle - ends[-1] for cycle in got] == gap_outputs(lanes, blocks, block_cycles)
+
+
+@pytest.mark.parametrize("h, w, blocks, kernel, stride, pad, pixel_step, gaps", [
+    (4, 4, 1, 2, 2, 0, 1, 0),
+    (6, 5, 2, 3, 1, 1, 2, 3),
+    (7, 7, 1, 3, 2, 1, 4, 10),
+    (5, 6, 3, 2, 1, 0, 9, 0),
+    (8, 8, 2, 2, 2, 0, 2, 40),
+])
+def test_avg_pool_walk_matches_avgpool(h, w, blocks, kernel, stride, pad, pixel_step, gaps):
+    """Conv rows of ``blocks`` segments of ``w`` words, a word every ``pixel_step`` cycles,
+    rows up to ``gaps`` cycles apart; the pool's input an unbounded queue (no hold): every
+    output word's cycle. The model's word is in the write buffer, a cycle after the pool's
+    output."""
+    rng = np.random.default_rng(h * w)
+    out_h, out_w = (h + 2 * pad - kernel) // stride + 1, (w + 2 * pad - kernel) // stride + 1
+    row = blocks * w * pixel_step
+    plan = SimpleNamespace(
+        instr=SimpleNamespace(pool_size=kernel, pool_stride=stride, pool_pad=pad),
+        s=SimpleNamespace(conv_w=w, conv_h=h, ib=1), obs=blocks, pooled_w=out_w,
+        pooled_h=out_h, pass_cycles=w * pixel_step, row=row, first_step=pixel_step - 1,
+        pixel_step=pixel_step)
+    model = SimpleNamespace(config=TINY, result_latency=0, AVG_DIVIDER_BITS=2)
+    pool = AvgPool(model, plan, stages=0)
+    starts = np.cumsum([0] + [row + int(g) for g in rng.integers(0, gaps + 1, h - 1)]).tolist()
+    arrival = [[start + pool._step(k) + pool.to_pool for k in range(blocks * w)]
+               for start in starts]
+    results, words = [], []
+    for r, start in enumerate(starts):
+        pool.rows.append((start, row, 0))                 # free run: no hold
+        results.append(arrival[r][-1] - 1)     # the last result: at the pool a cycle later
+        for _, _, row_words in pool.advance(r, results):
+            words += row_words
+    dut = AvgPoolRtl(4, max_width=16, max_height=16, max_blocks=blocks,
+                     divider_bits=model.AVG_DIVIDER_BITS)
+    got = offered_stream(dut, sum(arrival, []), blocks * out_h * out_w, {
+        "enable": 1, "x_scale": 0x3F800000, "y_scale": 0x3F800000, "kernel": kernel,
+        "stride": stride, "pad": pad, "count_include_pad": 1, "in_h": h, "in_w": w,
+        "out_h": out_h, "out_w": out_w, "blocks": blocks})
+    assert [cycle + 1 for cycle in got] == words
