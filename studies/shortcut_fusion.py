@@ -66,7 +66,7 @@ MB, MIB = 1e6, float(1 << 20)
 YOLOV3_SEARCH_TARGET_S = 60.0
 #: Ratio ours/paper accepted without a specific explanation (issue 4: "within 15 %").
 TOLERANCE = 1.15
-LATENCY_SOURCE = "the cycle model (sim/cycle.py) of the configuration's microarchitecture"
+LATENCY_SOURCE = "the cycle model (sim/cycle/) of the configuration's microarchitecture"
 
 
 class ReportError(ValueError):
