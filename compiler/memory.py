@@ -42,10 +42,10 @@ from typing import Mapping, Sequence
 
 from sfnpu import isa, layout
 from sfnpu.config import DEVICES, HwConfig, ROW_BUFFER_ROWS
-from sfnpu.limits import (HeldWeights, loads_whole_weights, overflows, prefetch_fits,
-                             stages_input, staging_buffer, staging_location,
-                             weight_store_after, weight_reads, with_held_weights)
 from sfnpu.isa import ConvKind, Eltwise, Instruction, Location, MemSpace, Reuse
+from sfnpu.limits import (HeldWeights, loads_whole_weights, overflows, prefetch_fits,
+                          stages_input, staging_buffer, staging_location, weight_store_after,
+                          weight_reads, with_held_weights)
 
 from .blocks import Blocks, GroupGraph, detect_blocks, operands
 from .codegen import Program
