@@ -16,19 +16,39 @@ def add_arguments(parser):
     parser.add_argument("-o", "--output", required=True, help="output folder")
 
 
+def _zero_image(compiled) -> bytes:
+    """The program's image with its input section zeroed (`sfnpu run` fills it)."""
+    zeros = [np.zeros(compiled.graph.tensors[n].shape, compiled.graph.tensors[n].qtype.dtype)
+             for n in compiled.program.inputs]
+    return compiled.program.pack(zeros)
+
+
 def run(args) -> int:
-    from sfnpu.compiler.report import compile_report
+    import onnx
+
+    from sfnpu.compiler.partition import AcceleratorSegment, Partitioned
+    from sfnpu.compiler.report import compile_report, partition_report
 
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    compiled, qdq, notes = compile_from_args(args, out)
-    feeds = compiled.imported.host.prologue.graph.input
-    zeros = [np.zeros(compiled.graph.tensors[n].shape, compiled.graph.tensors[n].qtype.dtype)
-             for n in compiled.program.inputs]
-    (out / "image.bin").write_bytes(compiled.program.pack(zeros))
-    report = compile_report(compiled, str(args.model), notes)
+    program, qdq, notes = compile_from_args(args, out)
+    if isinstance(program, Partitioned):
+        written = []
+        for k, segment in enumerate(program.segments):
+            if isinstance(segment, AcceleratorSegment):
+                written.append(out / f"image{k}.bin")
+                written[-1].write_bytes(_zero_image(segment.compiled))
+            else:
+                written.append(out / f"host{k}.onnx")
+                onnx.save(segment.model, str(written[-1]))
+        report = partition_report(program, str(args.model), notes)
+    else:
+        written = [out / "image.bin"]
+        written[0].write_bytes(_zero_image(program))
+        report = compile_report(program, str(args.model), notes)
     (out / "report.md").write_text(report)
     console.print(report)
-    console.print(f"wrote {out / 'image.bin'} (input section zeroed; `sfnpu run` fills it) "
-                  f"and {out / 'report.md'}; {len(feeds)} model input(s)")
+    console.print(f"wrote {', '.join(str(p) for p in written)} (input sections zeroed; "
+                  f"`sfnpu run` fills them) and {out / 'report.md'}; "
+                  f"{len(program.input_names)} model input(s)")
     return 0

@@ -45,11 +45,14 @@ def calibration(args):
 
 
 def compile_from_args(args, workdir: Path):
-    """(Compiled, QDQ path, quantisation notes) for the model options in ``args``."""
-    from sfnpu.compiler.pipeline import PipelineConfig, compile_model, ensure_qdq
+    """(Compiled or Partitioned, QDQ path, quantisation notes) for the model options in
+    ``args``: one program where the accelerator runs the model in one piece, else accelerator
+    and host segments."""
+    from sfnpu.compiler.partition import compile_partitioned
+    from sfnpu.compiler.pipeline import PipelineConfig, ensure_qdq
 
     path, notes = ensure_qdq(args.model, workdir, calibration(args),
                              activation_signed=args.int8_activations)
     pipeline = PipelineConfig(modules=args.modules, space_to_depth=not args.no_space_to_depth,
                               fold_input_taps=not args.no_fold_input_taps)
-    return compile_model(path, get_config(args.config), pipeline), path, notes
+    return compile_partitioned(path, get_config(args.config), pipeline), path, notes

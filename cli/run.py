@@ -80,12 +80,13 @@ def _onnxruntime_outputs(args, workdir) -> dict:
 def _accelerator_outputs(args, workdir) -> dict:
     from sfnpu.sim.golden import GoldenModel
 
-    compiled, _, _ = compile_from_args(args, Path(workdir))
-    names = [i.name for i in compiled.imported.host.prologue.graph.input]
+    program, _, _ = compile_from_args(args, Path(workdir))
     config = get_config(args.config)
     backend = {"rtl": rtl_outputs, "model": model_outputs}.get(
         args.backend, lambda c: GoldenModel(c).outputs)(config)
-    return compiled.run(_load_inputs(args.input, names), backend)
+    outputs = program.run(_load_inputs(args.input, program.input_names), backend)
+    console.print(f"convolution MACs on the accelerator: {program.mac_share:.2%}")
+    return outputs
 
 
 def run(args) -> int:

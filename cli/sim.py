@@ -31,8 +31,9 @@ def add_arguments(parser):
                         help="write the RTL run's waves to build/waves/ (FST, or VCD without lz4)")
 
 
-def _golden_vs_onnxruntime(compiled, path, inputs, golden, config):
-    """(share of identical output values, top-1 agreements, the last input's image)."""
+def _golden_vs_onnxruntime(program, path, inputs, golden, config):
+    """(share of identical output values, top-1 agreements, the images the last input's run
+    gave the accelerator: one per accelerator segment)."""
     import onnx
 
     from sfnpu.compiler.pipeline import run_onnxruntime
@@ -42,21 +43,49 @@ def _golden_vs_onnxruntime(compiled, path, inputs, golden, config):
     same = total = agree = 0
     for x in inputs:
         feeds = {input_name: x[None]}
-        blob = compiled.program.pack(compiled.quantise_inputs(feeds))
-        image.unpack(blob, config)  # checksums, fingerprint, instruction decode, ranges
-        got = compiled.finish(golden.outputs(blob))
+        blobs = []
+
+        def accelerator(blob: bytes):
+            image.unpack(blob, config)  # checksums, fingerprint, instruction decode, ranges
+            blobs.append(blob)
+            return golden.outputs(blob)
+
+        got = program.run(feeds, accelerator)
         want = run_onnxruntime(reference, feeds)
         for key in want:
             same += int((want[key] == got[key]).sum())
             total += want[key].size
         first = next(iter(want))
         agree += int(want[first].argmax() == got[first].argmax())
-    return same / total, agree, blob
+    return same / total, agree, blobs
+
+
+def _segments(program) -> list:
+    """The accelerator programs (Compiled) of a compiled or partitioned model."""
+    from sfnpu.compiler.partition import Partitioned
+
+    if isinstance(program, Partitioned):
+        return [s.compiled for s in program.accelerated]
+    return [program]
+
+
+def _compile_stage(program, seconds: float) -> str:
+    from sfnpu.compiler.partition import Partitioned
+
+    segments = _segments(program)
+    groups = sum(len(c.groups) for c in segments)
+    if not isinstance(program, Partitioned):
+        return (f"{program.imported.onnx_nodes} QDQ nodes → {groups} groups "
+                f"({seconds:.1f} s)")
+    host = program.host_nodes
+    return (f"{program.onnx_nodes} QDQ nodes → {len(segments)} accelerator segments, "
+            f"{groups} groups; {len(host)} host nodes "
+            f"({', '.join(sorted({n.op for n in host})) or 'none'}); "
+            f"{program.mac_share:.2%} of the MACs on the accelerator ({seconds:.1f} s)")
 
 
 def run(args) -> int:
-    from sfnpu.compiler.pipeline import compile_model
-    from sfnpu.sim.cycle import CycleModel, compare
+    from sfnpu.compiler.partition import compile_partitioned
     from sfnpu.sim.golden import GoldenModel
 
     config = get_config(args.config)
@@ -67,32 +96,25 @@ def run(args) -> int:
         t0 = time.perf_counter()
         path, inputs, description, notes = resolve_model(name, Path(tmp))
         stages.append(("quantise (onnxruntime)", "; ".join(notes)))
-        compiled = compile_model(path, config)
-        stages.append(("compile", f"{compiled.imported.onnx_nodes} QDQ nodes → "
-                       f"{len(compiled.groups)} groups ({time.perf_counter() - t0:.1f} s)"))
+        program = compile_partitioned(path, config)
+        stages.append(("compile", _compile_stage(program, time.perf_counter() - t0)))
         golden = GoldenModel(config)
         t1 = time.perf_counter()
-        identical, agree, blob = _golden_vs_onnxruntime(compiled, path, inputs, golden, config)
-        stages.append(("DRAM image", f"{compiled.program.layout.image_bytes} bytes, validated"))
+        identical, agree, blobs = _golden_vs_onnxruntime(program, path, inputs, golden, config)
+        segments = _segments(program)
+        stages.append(("DRAM image", ", ".join(
+            f"{c.program.layout.image_bytes}" for c in segments) + " bytes, validated"))
         stages.append(("golden model vs onnxruntime",
                        f"{identical:.4%} identical over {len(inputs)} inputs, top-1 "
                        f"{agree}/{len(inputs)} ({time.perf_counter() - t1:.1f} s)"))
-        timing = CycleModel(config).run(blob)
-        stages.append(("cycle model", f"{timing.cycles} cycles = {timing.seconds * 1e3:.2f} ms "
-                       f"at {config.clock_mhz:g} MHz; {timing.read_bytes} B read, "
-                       f"{timing.write_bytes} B written"))
-        result = _sim_rtl(config, compiled, blob, golden, stages, waves=args.waves)
-        comparison = None
-        if result is not None and not (result.timeout or result.error):
-            comparison = compare(timing, result.group_cycles, result.group_read_bytes,
-                                 result.group_write_bytes)
-            problems = comparison.problems()
-            verdict = comparison.summary() + (
-                "" if not problems else "[red]; " + "; ".join(problems[:4]) + "[/]")
-            stages.append(("cycle model vs RTL", verdict))
+        verdicts = [_run_segment(config, compiled, blob, golden, stages, args.waves,
+                                 f" (segment {k})" if len(segments) > 1 else "")
+                    for k, (compiled, blob) in enumerate(zip(segments, blobs))]
 
-    console.print(program_table(compiled.program.instructions, title=description))
-    console.print(group_table(compiled.program.instructions, timing, result))
+    for k, (compiled, (timing, result, _)) in enumerate(zip(segments, verdicts)):
+        title = description + (f", accelerator segment {k}" if len(segments) > 1 else "")
+        console.print(program_table(compiled.program.instructions, title=title))
+        console.print(group_table(compiled.program.instructions, timing, result))
     table = Table(title="pipeline stages")
     table.add_column("stage")
     table.add_column("result")
@@ -102,14 +124,37 @@ def run(args) -> int:
     if identical != 1.0:
         console.print("[red]FAIL[/]: the golden model differs from onnxruntime")
         return 1
-    if result is not None and rtl_ok(result, golden, blob) is False:
-        console.print("[red]FAIL[/]: the RTL differs from the golden model")
-        return 1
-    if comparison is not None and comparison.problems():
-        console.print("[red]FAIL[/]: the RTL's group log disagrees with the cycle model")
-        return 1
+    for (timing, result, comparison), blob in zip(verdicts, blobs):
+        if result is not None and rtl_ok(result, golden, blob) is False:
+            console.print("[red]FAIL[/]: the RTL differs from the golden model")
+            return 1
+        if comparison is not None and comparison.problems():
+            console.print("[red]FAIL[/]: the RTL's group log disagrees with the cycle model")
+            return 1
     console.print("[green]PASS[/] (every available stage)")
     return 0
+
+
+def _run_segment(config, compiled, blob, golden, stages, waves, label):
+    """The cycle model and the RTL on one accelerator image: (timing, RTL result or None,
+    their comparison or None); adds the stage rows."""
+    from sfnpu.sim.cycle import CycleModel, compare
+
+    timing = CycleModel(config).run(blob)
+    stages.append((f"cycle model{label}",
+                   f"{timing.cycles} cycles = {timing.seconds * 1e3:.2f} ms "
+                   f"at {config.clock_mhz:g} MHz; {timing.read_bytes} B read, "
+                   f"{timing.write_bytes} B written"))
+    result = _sim_rtl(config, compiled, blob, golden, stages, waves=waves, label=label)
+    comparison = None
+    if result is not None and not (result.timeout or result.error):
+        comparison = compare(timing, result.group_cycles, result.group_read_bytes,
+                             result.group_write_bytes)
+        problems = comparison.problems()
+        verdict = comparison.summary() + (
+            "" if not problems else "[red]; " + "; ".join(problems[:4]) + "[/]")
+        stages.append((f"cycle model vs RTL{label}", verdict))
+    return timing, result, comparison
 
 
 def _waves_harness(config):
@@ -128,11 +173,11 @@ def _waves_harness(config):
     return harness, waves_file
 
 
-def _sim_rtl(config, compiled, blob, golden, stages, waves=False):
+def _sim_rtl(config, compiled, blob, golden, stages, waves=False, label=""):
     """Run the last input's image on the RTL and compare the whole DRAM with the golden
     model's; adds a stage row. None when the config is model-only."""
     if config.dram_bus_bytes > 8:
-        stages.append(("RTL on Verilator", f"not simulated: {config.name} is a model-only "
+        stages.append((f"RTL on Verilator{label}", f"not simulated: {config.name} is a model-only "
                        "configuration (use CONFIG=tiny or ecp5)"))
         return None
     harness, waves_file = _waves_harness(config) if waves else (rtl_harness(config), None)
@@ -142,9 +187,9 @@ def _sim_rtl(config, compiled, blob, golden, stages, waves=False):
         result = harness.run(blob, max_cycles=RTL_MAX_CYCLES, waves_file=waves_file)
     seconds = time.perf_counter() - t0
     if waves_file is not None:
-        stages.append(("waves", f"{waves_file} ({waves_file.stat().st_size / 1e6:.1f} MB)"))
+        stages.append((f"waves{label}", f"{waves_file} ({waves_file.stat().st_size / 1e6:.1f} MB)"))
     if result.timeout or result.error:
-        stages.append(("RTL on Verilator", f"[red]stopped: {result.error_code.name} in group "
+        stages.append((f"RTL on Verilator{label}", f"[red]stopped: {result.error_code.name} in group "
                        f"{result.error_group}{' (timeout)' if result.timeout else ''}[/]"))
         return result
     differ = dram_differences(result, golden, blob)
@@ -152,7 +197,7 @@ def _sim_rtl(config, compiled, blob, golden, stages, waves=False):
     ms = cycles / (config.clock_mhz * 1e3)
     verdict = "DRAM identical to the golden model" if differ == 0 else \
         f"[red]{differ} DRAM bytes differ from the golden model[/]"
-    stages.append(("RTL on Verilator",
+    stages.append((f"RTL on Verilator{label}",
                    f"{verdict} (outputs and every intermediate); "
                    f"{cycles} cycles = {ms:.2f} ms at {config.clock_mhz:g} MHz; "
                    f"{result.counters['DRAM_READ_BYTES']} B read, "

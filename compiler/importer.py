@@ -23,8 +23,8 @@ from onnx import numpy_helper, shape_inference
 
 from .ir import Graph, InputTaps, Node, QType, Tensor, check, space_to_depth_conv
 
-__all__ = ["ModelError", "HostPlan", "Imported", "load_model", "import_model",
-           "SUPPORTED_OPS"]
+__all__ = ["ModelError", "HostPlan", "Imported", "Classification", "load_model", "import_model",
+           "classify_nodes", "prepared_model", "SUPPORTED_OPS"]
 
 #: ONNX operators the accelerator executes (between QuantizeLinear/DequantizeLinear).
 SUPPORTED_OPS = {
@@ -291,6 +291,31 @@ def _pads(node: onnx.NodeProto, in_hw, kernel, stride) -> tuple[int, int, int, i
 
 def import_model(src) -> Imported:
     """Import an int8 QDQ model (a path or ModelProto) into the IR."""
+    return _Importer(_Model(prepared_model(src))).run()
+
+
+@dataclass(frozen=True)
+class Classification:
+    """Which node of a QDQ model runs where (:func:`classify_nodes`), by index in
+    ``model.graph.node``."""
+    model: onnx.ModelProto            # checked, shapes inferred
+    accelerated: frozenset[int]       # compute nodes and the Q/DQ nodes they consume
+    host_reasons: dict[int, str]      # compute nodes the host runs → why
+
+
+def classify_nodes(src) -> Classification:
+    """Every node the accelerator can run, wherever it is: the tolerant import."""
+    model = prepared_model(src)
+    importer = _Importer(_Model(model), tolerant=True)
+    importer.walk()
+    g = model.graph
+    index = {id(n): k for k, n in enumerate(g.node)}
+    return Classification(model, frozenset(index[i] for i in importer.accelerated),
+                          {index[i]: why for i, why in importer.host_reasons.items()})
+
+
+def prepared_model(src) -> onnx.ModelProto:
+    """The model, checked (ONNX checker, opset) and with every shape inferred."""
     model = load_model(src)
     try:
         onnx.checker.check_model(model)
@@ -303,12 +328,20 @@ def import_model(src) -> Imported:
         model = shape_inference.infer_shapes(model, strict_mode=True)
     except Exception as e:
         raise ModelError(f"shape inference failed: {str(e).splitlines()[0]}") from None
-    return _Importer(_Model(model)).run()
+    return model
 
 
 class _Importer:
-    def __init__(self, m: _Model):
+    """The walk over the ONNX nodes. Strict (``tolerant=False``, :func:`import_model`): a
+    node the accelerator cannot run ends the accelerated part, and a heavy node behind it is
+    an error. Tolerant (:func:`classify_nodes`): such a node is left to the host with the
+    reason, and the quantised tensors the host produces become accelerator inputs, so that
+    the accelerator takes every node it can run wherever it is in the graph."""
+
+    def __init__(self, m: _Model, tolerant: bool = False):
         self.m = m
+        self.tolerant = tolerant
+        self.host_reasons: dict[int, str] = {}  # id() of an ONNX node → why the host runs it
         self.tensors: dict[str, Tensor] = {}
         self.nodes: list[Node] = []
         self.alias: dict[str, str] = {}        # quantised tensor → the IR tensor it equals
@@ -364,6 +397,14 @@ class _Importer:
     # -- walk --------------------------------------------------------------------------------
 
     def run(self) -> Imported:
+        self.walk()
+        outputs = self.graph_outputs()
+        graph = check(Graph(self.tensors, self.nodes, self.inputs, outputs))
+        host = self.host_plan(outputs)
+        return Imported(graph, host, len(self.m.model.graph.node))
+
+    def walk(self):
+        """Every node in order: the accelerator takes what it can run."""
         g = self.m.model.graph
         graph_inputs = {i.name for i in g.input} - set(self.m.consts)
         for node in g.node:
@@ -376,15 +417,16 @@ class _Importer:
             if node.op_type == "DequantizeLinear":
                 src = node.input[0]
                 src = self.alias.get(src, src)
+                if src not in self.tensors and self.is_code_input(src):
+                    self.code_input(node)
                 if src in self.tensors:
                     self.deq[node.output[0]] = src
                 continue
-            self.compute_node(node)
+            if self.tolerant:
+                self.tolerant_node(node)
+            else:
+                self.compute_node(node)
         self.claim_dequantizers()
-        outputs = self.graph_outputs()
-        graph = check(Graph(self.tensors, self.nodes, self.inputs, outputs))
-        host = self.host_plan(outputs)
-        return Imported(graph, host, len(g.node))
 
     def quantise_graph_input(self, q: onnx.NodeProto):
         scale, zp, _ = self.m.qparams(q)
@@ -393,6 +435,56 @@ class _Importer:
                         QType(float(scale.reshape(-1)[0]), int(zp.reshape(-1)[0]),
                               zp.dtype == np.int8))
         self.inputs.append(q.output[0])
+
+    def is_code_input(self, name: str) -> bool:
+        """An 8-bit tensor the accelerator takes as it is: a graph input of quantised codes,
+        or (tolerant) the output of a QuantizeLinear the host runs."""
+        if name in self.m.consts:
+            return False
+        producer = self.m.producer.get(name)
+        if producer is None:
+            return name in {i.name for i in self.m.model.graph.input}
+        return self.tolerant and producer.op_type == "QuantizeLinear" and \
+            id(producer) not in self.accelerated
+
+    def code_input(self, dq: onnx.NodeProto):
+        """An accelerator input of 8-bit codes, with the quantisation its DequantizeLinear
+        gives them; the host hands the codes over unchanged."""
+        scale, zp, _ = self.m.qparams(dq)
+        if scale.size != 1:
+            raise ModelError(f"{_where(dq)}: per-channel activation quantisation is not "
+                             "supported")
+        name = dq.input[0]
+        self.add_tensor(name, _chw(self.m.shapes.get(name), dq, name),
+                        QType(float(scale.reshape(-1)[0]), int(zp.reshape(-1)[0]),
+                              zp.dtype == np.int8))
+        self.inputs.append(name)
+
+    def tolerant_node(self, node: onnx.NodeProto):
+        """:meth:`compute_node`, leaving a node the accelerator cannot run to the host with
+        the reason (and undoing what its import had begun)."""
+        saved = (dict(self.tensors), len(self.nodes), dict(self.alias), dict(self.deq),
+                 set(self.accelerated))
+        try:
+            self.compute_node(node)
+        except ModelError as e:
+            self.tensors, self.alias, self.deq, self.accelerated = \
+                saved[0], saved[2], saved[3], saved[4]
+            del self.nodes[saved[1]:]
+            self.host_reasons[id(node)] = str(e)
+            return
+        if id(node) not in self.accelerated:
+            self.host_reasons.setdefault(id(node), self.host_reason(node))
+
+    def host_reason(self, node: onnx.NodeProto) -> str:
+        op = node.op_type
+        if op not in SUPPORTED_OPS and op not in _ALIASES:
+            return f"{op} is not an accelerator operator"
+        inputs = [i for i in node.input if i and i not in self.m.consts
+                  and not self.is_const_dq(i)]
+        if not all(i in self.deq for i in inputs):
+            return "reads a float tensor the host computes (no QuantizeLinear before it)"
+        return "its output is not quantised (no QuantizeLinear after it)"
 
     def compute_node(self, node: onnx.NodeProto):
         op = node.op_type
@@ -772,6 +864,10 @@ class _Importer:
                 name = self.alias.get(name, name)
                 if name in self.tensors and name not in outs and name not in self.inputs:
                     outs.append(name)
+        for output in self.m.model.graph.output:     # 8-bit codes the model itself returns
+            name = self.alias.get(output.name, output.name)
+            if name in self.tensors and name not in outs and name not in self.inputs:
+                outs.append(name)
         if not outs:
             raise ModelError("no quantised tensor reaches the model outputs: nothing for the "
                              "accelerator to compute")
@@ -810,6 +906,10 @@ class _Importer:
                 ir_name = self.alias.get(i, i)
                 if ir_name in outputs and i not in feeds:
                     feeds[i] = (ir_name, self.m.shapes.get(i))
+        for output in g.output:            # codes the model returns as they are
+            ir_name = self.alias.get(output.name, output.name)
+            if ir_name in outputs and output.name not in feeds:
+                feeds[output.name] = (ir_name, self.m.shapes.get(output.name))
         patched = epilogue_nodes
         prologue = submodel(q_inputs, [i for i in g.input if i.name not in self.m.consts],
                             [value_info(n) for n in self.inputs], "prologue")

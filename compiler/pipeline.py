@@ -215,6 +215,17 @@ class Compiled:
     def graph(self):
         return self.imported.graph
 
+    @property
+    def input_names(self) -> list[str]:
+        """The model inputs :meth:`run` takes."""
+        return [i.name for i in self.imported.host.prologue.graph.input]
+
+    @property
+    def mac_share(self) -> float:
+        """The share of convolution MACs on the accelerator: all of them (the host's
+        epilogue holds no convolution or matrix product)."""
+        return 1.0
+
     def quantise_inputs(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Host prologue: float graph inputs → 8-bit ``(C, H, W)`` accelerator inputs."""
         q = run_onnxruntime(self.imported.host.prologue, feeds)

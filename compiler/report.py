@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from sfnpu import isa
 
+from .partition import AcceleratorSegment, Partitioned
 from .pipeline import Compiled
 
-__all__ = ["compile_report"]
+__all__ = ["compile_report", "partition_report"]
 
 
 def _stages(instr: isa.Instruction) -> str:
@@ -61,4 +62,36 @@ def compile_report(compiled: Compiled, source: str, notes: list[str] = ()) -> st
             f"{i.out_c}x{i.out_h}x{i.out_w} | {_stages(i)} | {i.reuse.name.lower()} | "
             f"{i.input.space.name}+{i.input.offset:#x} | {i.output.space.name}+"
             f"{i.output.offset:#x} |")
+    return "\n".join(lines) + "\n"
+
+
+def partition_report(partitioned: Partitioned, source: str, notes: list[str] = ()) -> str:
+    """The segments of a partitioned model in order, every host node with the reason it runs
+    on the host, the MAC share, then each accelerator segment's own report."""
+    lines = [
+        f"# sfnpu compile report: {source} (partitioned)",
+        "",
+        f"- ONNX nodes: {partitioned.onnx_nodes}; {len(partitioned.segments)} segments, "
+        f"{len(partitioned.accelerated)} on the accelerator",
+        f"- convolution MACs on the accelerator: {partitioned.mac_share:.2%}",
+        *[f"- {note}" for note in notes],
+        "",
+        "| segment | runs on | inputs | outputs | groups or host nodes |",
+        "| ---: | --- | --- | --- | --- |",
+    ]
+    for k, segment in enumerate(partitioned.segments):
+        where, what = ("accelerator", f"{len(segment.compiled.groups)} groups") \
+            if isinstance(segment, AcceleratorSegment) else \
+            ("host", ", ".join(n.op for n in segment.nodes) or "dequantisation")
+        lines.append(f"| {k} | {where} | {', '.join(f'`{n}`' for n in segment.inputs)} | "
+                     f"{', '.join(f'`{n}`' for n in segment.outputs)} | {what} |")
+    host = partitioned.host_nodes
+    if host:
+        lines += ["", "## Host nodes", "", "| node | op | MACs | why on the host |",
+                  "| --- | --- | ---: | --- |"]
+        lines += [f"| `{n.name}` | {n.op} | {n.macs} | {n.reason} |" for n in host]
+    for k, segment in enumerate(partitioned.segments):
+        if isinstance(segment, AcceleratorSegment):
+            lines += ["", compile_report(segment.compiled, f"segment {k}").replace(
+                "# sfnpu compile report:", "## Accelerator").rstrip()]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,191 @@
+"""Partitioned execution: what the accelerator cannot run goes to onnxruntime anywhere in the
+graph, the rest to the accelerator, and the whole model gives onnxruntime's bits — on the
+golden model, and segment by segment on the RTL (bit-exact, cycle-exact)."""
+
+import numpy as np
+import onnx
+import pytest
+
+from netbuild import Net
+from sfnpu import image
+from sfnpu.cli import main
+from sfnpu.compiler.partition import (AcceleratorSegment, HostSegment, Partitioned,
+                                      compile_partitioned)
+from sfnpu.compiler.pipeline import Compiled, run_onnxruntime
+from sfnpu.compiler.quantize import CalibrationSource, quantize_model
+from sfnpu.config import get_config
+from sfnpu.sim.cycle import CycleModel, compare
+from sfnpu.sim.golden import GoldenModel
+
+TINY = get_config("tiny")
+
+
+def pad_net():
+    """A reflect Pad between two convolutions (the accelerator pads with the zero point
+    only): accelerator, host, accelerator."""
+    net = Net((8, 12, 12), seed=1, name="padmid")
+    a = net.op("Relu", [net.conv("x", 8, 16, 3)])
+    b = net.op("Pad", [a, net.const_int([0, 0, 1, 1, 0, 0, 1, 1])], mode="reflect")
+    c = net.op("Relu", [net.conv(b, 16, 16, 3, pads=[0, 0, 0, 0])])
+    return net, [net.conv(c, 16, 8, 1, pads=[0, 0, 0, 0])]
+
+
+def residual_pad_net():
+    """The host's Pad on one branch of a residual block: the block's input crosses from the
+    first accelerator segment to the second as 8-bit codes, beside the host's result."""
+    net = Net((8, 10, 10), seed=2, name="residualpad")
+    a = net.op("Relu", [net.conv("x", 8, 16, 3)])
+    b = net.op("Pad", [a, net.const_int([0, 0, 1, 1, 0, 0, 1, 1])], mode="edge")
+    c = net.conv(b, 16, 16, 3, pads=[0, 0, 0, 0])
+    return net, [net.conv(net.op("Add", [c, a]), 16, 8, 1, pads=[0, 0, 0, 0])]
+
+
+def focus_net():
+    """YOLOv5's "Focus": a space-to-depth of the input by four strided Slices and a Concat,
+    on the host before the first convolution."""
+    net = Net((3, 16, 16), seed=3, name="focus")
+    taps = [net.op("Slice", ["x", net.const_int([dy, dx]), net.const_int([10**6, 10**6]),
+                             net.const_int([2, 3]), net.const_int([2, 2])])
+            for dy, dx in ((0, 0), (1, 0), (0, 1), (1, 1))]
+    x = net.op("Relu", [net.conv(net.op("Concat", taps, axis=1), 12, 16, 3)])
+    return net, [net.conv(x, 16, 8, 1, pads=[0, 0, 0, 0])]
+
+
+def dilated_net():
+    """A dilated convolution (the accelerator's are not) between two it runs: the host
+    computes that convolution, so the accelerator's share of the MACs is below one."""
+    net = Net((8, 12, 12), seed=4, name="dilated")
+    a = net.op("Relu", [net.conv("x", 8, 16, 3)])
+    w = net.const(net.rng.standard_normal((16, 16, 3, 3)) * 0.2)
+    b = net.op("Relu", [net.op("Conv", [a, w], kernel_shape=[3, 3], pads=[2, 2, 2, 2],
+                               dilations=[2, 2])])
+    return net, [net.conv(b, 16, 8, 1, pads=[0, 0, 0, 0])]
+
+
+NETS = {build.__name__: build for build in (pad_net, residual_pad_net, focus_net, dilated_net)}
+
+
+@pytest.fixture(scope="module")
+def quantised(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("partition")
+    models = {}
+    for name, build in NETS.items():
+        net, outputs = build()
+        path = folder / f"{name}.qdq.onnx"
+        quantize_model(net.model(outputs, opset=13), path, CalibrationSource.synthetic(4, seed=1))
+        models[name] = (net, path)
+    return models
+
+
+def _kinds(p: Partitioned) -> list[tuple[str, int]]:
+    return [("acc" if isinstance(s, AcceleratorSegment) else "host", s.level)
+            for s in p.segments]
+
+
+@pytest.mark.parametrize("name, kinds, host_ops", [
+    ("pad_net", [("acc", 0), ("host", 0), ("acc", 1), ("host", 1)], ["Pad"]),
+    ("residual_pad_net", [("acc", 0), ("host", 0), ("acc", 1), ("host", 1)], ["Pad"]),
+    ("focus_net", [("host", -1), ("acc", 0), ("host", 0)], None),
+    ("dilated_net", [("acc", 0), ("host", 0), ("acc", 1), ("host", 1)], ["Conv"]),
+])
+def test_segments_and_golden_model_match_onnxruntime(quantised, name, kinds, host_ops):
+    net, path = quantised[name]
+    program = compile_partitioned(path, TINY)
+    assert isinstance(program, Partitioned)
+    assert _kinds(program) == kinds
+    if host_ops is not None:
+        assert [n.op for n in program.host_nodes] == host_ops
+    assert all(n.reason for n in program.host_nodes)
+    golden = GoldenModel(TINY)
+    reference = onnx.load(str(path))
+    for seed in (1, 2):
+        x = net.samples(1, seed=seed)
+        want = run_onnxruntime(reference, {"x": x})
+        got = program.run({"x": x}, golden.outputs)
+        assert want.keys() == got.keys()
+        for key in want:
+            assert want[key].dtype == got[key].dtype
+            assert np.array_equal(want[key], got[key]), key
+
+
+def test_host_reasons_and_mac_share(quantised):
+    program = compile_partitioned(quantised["dilated_net"][1], TINY)
+    (conv,) = program.host_nodes
+    assert "dilation" in conv.reason
+    # 8→16 3x3 and 16→8 1x1 on the accelerator, 16→16 3x3 on the host, all 12x12.
+    acc, host = 144 * (16 * 8 * 9 + 8 * 16), 144 * 16 * 16 * 9
+    assert conv.macs == host
+    assert program.mac_share == pytest.approx(acc / (acc + host), abs=0)
+    pad = compile_partitioned(quantised["pad_net"][1], TINY)
+    assert pad.mac_share == 1.0
+    assert "Pad is not an accelerator operator" in pad.host_nodes[0].reason
+
+
+def test_codes_cross_between_segments(quantised):
+    """Every tensor an accelerator segment hands on is a tensor of 8-bit codes."""
+    program = compile_partitioned(quantised["residual_pad_net"][1], TINY)
+    first, host, second = program.segments[:3]
+    crossing = set(first.outputs)
+    assert crossing & set(host.inputs) and crossing & set(second.inputs)
+    infos = {vi.name: vi for vi in [*first.compiled.imported.host.epilogue.graph.output]}
+    for name in first.outputs:
+        assert infos[name].type.tensor_type.elem_type in (onnx.TensorProto.UINT8,
+                                                          onnx.TensorProto.INT8)
+
+
+def test_a_model_in_one_piece_is_not_partitioned(tmp_path):
+    net = Net((8, 8, 8), seed=5, name="plain")
+    path = tmp_path / "plain.qdq.onnx"
+    quantize_model(net.model([net.conv(net.op("Relu", [net.conv("x", 8, 16, 3)]), 16, 8, 1)]),
+                   path, CalibrationSource.synthetic(2, seed=1))
+    assert isinstance(compile_partitioned(path, TINY), Compiled)
+
+
+def test_cli_runs_and_reports_a_partitioned_model(quantised, tmp_path):
+    net, path = quantised["dilated_net"]
+    assert main(["compile", str(path), "-o", str(tmp_path / "out")]) == 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "(partitioned)" in report and "dilation" in report
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "host1.onnx", "host3.onnx", "image0.bin", "image2.bin", "report.md"]
+    np.save(tmp_path / "x.npy", net.samples(1, seed=7))
+    for backend in ("onnxruntime", "golden"):
+        assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--backend",
+                     backend, "-o", str(tmp_path / f"{backend}.npy")]) == 0
+    assert main(["compare", str(tmp_path / "onnxruntime.npy"),
+                 str(tmp_path / "golden.npy")]) == 0
+
+
+@pytest.mark.parametrize("name", ["residual_pad_net", "focus_net"])
+def test_segments_on_the_rtl(quantised, name, harness_tiny):
+    """Each accelerator segment's image on the RTL: the whole DRAM equals the golden model's
+    and every group's cycles and DRAM bytes the cycle model's."""
+    net, path = quantised[name]
+    program = compile_partitioned(path, TINY)
+    golden = GoldenModel(TINY)
+    blobs = []
+
+    def accelerator(blob):
+        blobs.append(blob)
+        return golden.outputs(blob)
+
+    want = run_onnxruntime(onnx.load(str(path)), {"x": net.samples(1, seed=3)})
+    got = program.run({"x": net.samples(1, seed=3)}, accelerator)
+    assert all(np.array_equal(want[k], got[k]) for k in want)
+    assert len(blobs) == len(program.accelerated)
+    for blob in blobs:
+        result = harness_tiny.run(blob)
+        assert not (result.timeout or result.error)
+        reference = bytes(golden.run(blob).dram)
+        assert bytes(result.dram[:len(reference)]) == reference
+        comparison = compare(CycleModel(TINY).run(blob), result.group_cycles,
+                             result.group_read_bytes, result.group_write_bytes)
+        assert not comparison.problems(), comparison.problems()
+        assert image.unpack(blob, TINY).program
+
+
+@pytest.fixture(scope="module")
+def harness_tiny():
+    from test_system import system_harness
+
+    return system_harness("tiny")
