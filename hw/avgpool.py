@@ -44,6 +44,8 @@ arithmetic there).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -444,17 +446,74 @@ class AvgPool(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        lanes = self.lanes
-        beat_layout = data.ArrayLayout(8, lanes)
+        beat_layout = data.ArrayLayout(8, self.lanes)
+        writes, reads = self._line_buffers(m, beat_layout)
+        rows = self._row_state(m)
+        row_stored = self._store_input(m, writes, rows)
+        walk = self._window(m, rows)
+        pipe = self._element_pipeline(m, walk, reads)
 
-        # -- input: rows into three line buffers (row r in buffer r mod 3) ---------------------
+        # Hand-over register: a finished window sum (as a float) and its divisor.
+        hold_valid = Signal()
+        take_hold = Signal()                                   # divider 1 takes the hold
+
+        sum_ready = Signal()                                   # the hold takes S this cycle
+        row_walked = Signal()                                  # an output row is complete
+        self._walker(m, rows, walk, pipe, hold_valid, sum_ready, row_walked)
+        with m.If(pipe.c_valid & pipe.c_last):
+            m.d.sync += pipe.sum_done.eq(1)
+        with m.Elif(sum_ready):
+            m.d.sync += pipe.sum_done.eq(0)
+
+        # The group ends with its last input row or its last output row, whichever comes last:
+        # start over in the same cycle (the configuration may change right after).
+        rows_next = rows.rows_in + row_stored
+        oy_next = rows.oy + row_walked
+        with m.If((rows_next == self.in_h) & (oy_next == self.out_h)):
+            m.d.sync += [rows.rows_in.eq(0), rows.in_slot.eq(0), rows.oy.eq(0), rows.w.eq(0),
+                         rows.w_slot.eq(0)]
+
+        output_valid = Signal()
+        output_codes = Signal(beat_layout)
+        hold_n, first_divider, second_divider = self._lanes(
+            m, reads, pipe, hold_valid, sum_ready, output_valid, output_codes)
+
+        # Lanes run in lockstep: lane 0's handshakes stand for all.
+        with m.If(sum_ready):
+            m.d.sync += [hold_valid.eq(1), hold_n.eq(walk.window_n)]
+        with m.Elif(take_hold):
+            m.d.sync += hold_valid.eq(0)
+        m.d.comb += take_hold.eq(hold_valid & first_divider[0].i_ready)
+        with m.If(second_divider[0].o_valid & second_divider[0].o_ready):
+            m.d.sync += output_valid.eq(1)
+        with m.Elif(self.o_stream.ready):
+            m.d.sync += output_valid.eq(0)
+
+        with m.If(self.enable):
+            m.d.comb += [
+                self.o_stream.valid.eq(output_valid),
+                self.o_stream.payload.eq(output_codes),
+            ]
+        with m.Else():
+            m.d.comb += [
+                self.o_stream.payload.eq(self.i_stream.payload),
+                self.o_stream.valid.eq(self.i_stream.valid),
+                self.i_stream.ready.eq(self.o_stream.ready),
+            ]
+        return m
+
+    def _line_buffers(self, m, beat_layout):
+        """The three line buffers (input row r in buffer r mod 3), with their ports."""
         rows = [Memory(shape=beat_layout, depth=self.max_row_pixels, init=[])
                 for _ in range(_MAX_KERNEL)]
         for index, memory in enumerate(rows):
             m.submodules[f"rows_{index}"] = memory
         writes = [memory.write_port() for memory in rows]
         reads = [memory.read_port() for memory in rows]
+        return writes, reads
 
+    def _row_state(self, m):
+        """Input and output row counters, and the input rows the current output row needs."""
         in_column = Signal(range(self.max_width))
         in_segment = Signal(range(max(self.max_blocks, 2)))     # (never zero-width)
         in_address = Signal(range(self.max_row_pixels))
@@ -475,19 +534,26 @@ class AvgPool(wiring.Component):
         # hold rows max(u, 0) … max(u, 0) + 2; its window rows stay untouched).
         storable = Signal(signed(16))
         m.d.comb += storable.eq(Mux(u < 0, 0, u) + _MAX_KERNEL)
+        return SimpleNamespace(
+            in_column=in_column, in_segment=in_segment, in_address=in_address, in_slot=in_slot,
+            rows_in=rows_in, oy=oy, w=w, w_slot=w_slot, u=u, outputs_done=outputs_done,
+            needed=needed, storable=storable)
 
+    def _store_input(self, m, writes, rows):
+        """Input: beats into the line buffers while one is free; returns "a row is complete"."""
+        in_column, in_segment, in_address = rows.in_column, rows.in_segment, rows.in_address
         in_row_end = (in_column == self.in_w - 1) & (in_segment == self.blocks - 1)
         accept = Signal()
         m.d.comb += [
-            self.i_stream.ready.eq(self.enable & (rows_in < self.in_h)
-                                   & (outputs_done | (rows_in < storable))),
+            self.i_stream.ready.eq(self.enable & (rows.rows_in < self.in_h)
+                                   & (rows.outputs_done | (rows.rows_in < rows.storable))),
             accept.eq(self.i_stream.valid & self.i_stream.ready),
         ]
         for index, write in enumerate(writes):
             m.d.comb += [
                 write.addr.eq(in_address),
                 write.data.eq(self.i_stream.payload),
-                write.en.eq(accept & (in_slot == index)),
+                write.en.eq(accept & (rows.in_slot == index)),
             ]
         with m.If(accept):
             m.d.sync += [
@@ -499,11 +565,23 @@ class AvgPool(wiring.Component):
         row_stored = accept & in_row_end
         with m.If(row_stored):
             m.d.sync += [
-                rows_in.eq(rows_in + 1),
-                in_slot.eq(Mux(in_slot == _MAX_KERNEL - 1, 0, in_slot + 1)),
+                rows.rows_in.eq(rows.rows_in + 1),
+                rows.in_slot.eq(Mux(rows.in_slot == _MAX_KERNEL - 1, 0, rows.in_slot + 1)),
             ]
+        return row_stored
 
-        # -- window walker: the elements of one window after another, in the sum's order -------
+    def _small_product(self, m, a, b, name):
+        """``a · b`` for numbers up to 3, by table: no multiplier."""
+        product = Signal(range(_MAX_KERNEL ** 2 + 1), name=name)
+        with m.Switch(Cat(a[:2], b[:2])):
+            for x in range(1, _MAX_KERNEL + 1):
+                for y in range(1, _MAX_KERNEL + 1):
+                    with m.Case(x | (y << 2)):
+                        m.d.comb += product.eq(x * y)
+        return product
+
+    def _window(self, m, rows):
+        """The current window: position, extent clipped to the input, divisor, walk state."""
         segment = Signal(range(max(self.max_blocks, 2)))
         segment_base = Signal(range(self.max_row_pixels))     # segment · in_w
         ox = Signal(range(self.max_out_width + 1))
@@ -517,25 +595,15 @@ class AvgPool(wiring.Component):
             end = Mux(last < size - 1, last, size - 1)
             return first, end
 
-        r_first, r_end = clip(u, self.in_h)
+        r_first, r_end = clip(rows.u, self.in_h)
         c_first, c_end = clip(v, self.in_w)
         window_rows = Signal(range(_MAX_KERNEL + 1))
         window_columns = Signal(range(_MAX_KERNEL + 1))
         m.d.comb += [window_rows.eq(r_end - r_first + 1), window_columns.eq(c_end - c_first + 1)]
 
-        # The divisor: kernel² or the window's element count (products of numbers up to 3, by
-        # table: no multiplier).
-        def small_product(a, b, name):
-            product = Signal(range(_MAX_KERNEL ** 2 + 1), name=name)
-            with m.Switch(Cat(a[:2], b[:2])):
-                for x in range(1, _MAX_KERNEL + 1):
-                    for y in range(1, _MAX_KERNEL + 1):
-                        with m.Case(x | (y << 2)):
-                            m.d.comb += product.eq(x * y)
-            return product
-
-        kernel_area = small_product(self.kernel, self.kernel, "kernel_area")
-        window_area = small_product(window_rows, window_columns, "window_area")
+        # The divisor: kernel² or the window's element count.
+        kernel_area = self._small_product(m, self.kernel, self.kernel, "kernel_area")
+        window_area = self._small_product(m, window_rows, window_columns, "window_area")
 
         # Walk state: the element being issued (row countdown, buffer, column).
         walk_row_left = Signal(range(_MAX_KERNEL))             # rows after the current one
@@ -550,14 +618,24 @@ class AvgPool(wiring.Component):
         first_slot = Signal(range(_MAX_KERNEL))
         slot_difference = Signal(signed(3))
         m.d.comb += [
-            slot_difference.eq(w_slot - self.pad),
-            first_slot.eq(Mux(u < 0, 0, Mux(slot_difference < 0, slot_difference + _MAX_KERNEL,
-                                            slot_difference))),
+            slot_difference.eq(rows.w_slot - self.pad),
+            first_slot.eq(Mux(rows.u < 0, 0, Mux(slot_difference < 0,
+                                                 slot_difference + _MAX_KERNEL,
+                                                 slot_difference))),
         ]
+        return SimpleNamespace(
+            segment=segment, segment_base=segment_base, ox=ox, h=h, c_first=c_first,
+            c_end=c_end, window_rows=window_rows,
+            divisor=Mux(self.count_include_pad, kernel_area, window_area),
+            walk_row_left=walk_row_left, walk_slot=walk_slot, walk_column=walk_column,
+            walk_column_end=walk_column_end, walk_column_first=walk_column_first,
+            walk_first=walk_first, phase=phase, window_n=window_n, first_slot=first_slot)
 
-        # The element pipeline: issue (address) → A: code read, V = round24(|d|·M) → B: S + V
-        # → C: S rounded to 24 significant bits. Elements are issued every other cycle, so B
-        # always finds the previous element's S.
+    def _element_pipeline(self, m, walk, reads):
+        """The element pipeline's valid/first/last flags and the line buffers' read address."""
+        # Issue (address) → A: code read, V = round24(|d|·M) → B: S + V → C: S rounded to 24
+        # significant bits. Elements are issued every other cycle, so B always finds the
+        # previous element's S.
         issue = Signal()
         issue_last = Signal()
         a_valid, a_first, a_last = Signal(), Signal(), Signal()
@@ -566,87 +644,87 @@ class AvgPool(wiring.Component):
         c_valid, c_last = Signal(), Signal()
         sum_done = Signal()                                    # S holds a finished window sum
         m.d.sync += [
-            a_valid.eq(issue), a_first.eq(issue & walk_first), a_last.eq(issue_last),
-            a_slot.eq(walk_slot),
+            a_valid.eq(issue), a_first.eq(issue & walk.walk_first), a_last.eq(issue_last),
+            a_slot.eq(walk.walk_slot),
             b_valid.eq(a_valid), b_first.eq(a_first), b_last.eq(a_last),
             c_valid.eq(b_valid), c_last.eq(b_valid & b_last),
         ]
-        walk_address = segment_base + walk_column
+        walk_address = walk.segment_base + walk.walk_column
         for read in reads:
             m.d.comb += read.addr.eq(walk_address)
+        return SimpleNamespace(issue=issue, issue_last=issue_last, a_slot=a_slot,
+                               b_first=b_first, c_valid=c_valid, c_last=c_last,
+                               sum_done=sum_done)
 
-        # Hand-over register: a finished window sum (as a float) and its divisor.
-        hold_valid = Signal()
-        take_hold = Signal()                                   # divider 1 takes the hold
-
-        sum_ready = Signal()                                   # the hold takes S this cycle
-        row_walked = Signal()                                  # an output row is complete
+    def _walker(self, m, rows, walk, pipe, hold_valid, sum_ready, row_walked):
+        """The window walker: the elements of one window after another, in the sum's order."""
         with m.FSM(name="walker"):
             with m.State("NEXT"):
                 # Start the window (segment, ox) of output row oy once its rows are stored.
-                with m.If(self.enable & ~outputs_done & (rows_in >= needed)):
+                with m.If(self.enable & ~rows.outputs_done & (rows.rows_in >= rows.needed)):
                     m.d.sync += [
-                        walk_row_left.eq(window_rows - 1),
-                        walk_slot.eq(first_slot),
-                        walk_column.eq(c_first),
-                        walk_column_first.eq(c_first),
-                        walk_column_end.eq(c_end),
-                        walk_first.eq(1),
-                        phase.eq(0),
-                        window_n.eq(Mux(self.count_include_pad, kernel_area, window_area)),
+                        walk.walk_row_left.eq(walk.window_rows - 1),
+                        walk.walk_slot.eq(walk.first_slot),
+                        walk.walk_column.eq(walk.c_first),
+                        walk.walk_column_first.eq(walk.c_first),
+                        walk.walk_column_end.eq(walk.c_end),
+                        walk.walk_first.eq(1),
+                        walk.phase.eq(0),
+                        walk.window_n.eq(walk.divisor),
                     ]
                     m.next = "WALK"
             with m.State("WALK"):
-                last_column = walk_column == walk_column_end
-                last_element = last_column & (walk_row_left == 0)
-                m.d.comb += [issue.eq(~phase), issue_last.eq(~phase & last_element)]
-                m.d.sync += phase.eq(~phase)
-                with m.If(~phase):
-                    m.d.sync += walk_first.eq(0)
-                    with m.If(last_element):
-                        m.next = "SUM"
-                    with m.Elif(last_column):
-                        m.d.sync += [
-                            walk_column.eq(walk_column_first),
-                            walk_row_left.eq(walk_row_left - 1),
-                            walk_slot.eq(Mux(walk_slot == _MAX_KERNEL - 1, 0, walk_slot + 1)),
-                        ]
-                    with m.Else():
-                        m.d.sync += walk_column.eq(walk_column + 1)
+                self._walk_elements(m, walk, pipe)
             with m.State("SUM"):
                 # Wait for the sum to leave the pipeline, hand it over, go to the next window.
-                m.d.comb += sum_ready.eq(sum_done & ~hold_valid)
+                m.d.comb += sum_ready.eq(pipe.sum_done & ~hold_valid)
                 with m.If(sum_ready):
                     m.next = "NEXT"
-                    with m.If(ox == self.out_w - 1):
-                        m.d.sync += [ox.eq(0), h.eq(0)]
-                        with m.If(segment == self.blocks - 1):
-                            w_slot_sum = w_slot + self.stride
-                            m.d.comb += row_walked.eq(1)
-                            m.d.sync += [
-                                segment.eq(0), segment_base.eq(0),
-                                oy.eq(oy + 1), w.eq(w + self.stride),
-                                w_slot.eq(Mux(w_slot_sum >= _MAX_KERNEL,
-                                              w_slot_sum - _MAX_KERNEL, w_slot_sum)),
-                            ]
-                        with m.Else():
-                            m.d.sync += [segment.eq(segment + 1),
-                                         segment_base.eq(segment_base + self.in_w)]
-                    with m.Else():
-                        m.d.sync += [ox.eq(ox + 1), h.eq(h + self.stride)]
-        with m.If(c_valid & c_last):
-            m.d.sync += sum_done.eq(1)
-        with m.Elif(sum_ready):
-            m.d.sync += sum_done.eq(0)
+                    self._next_window(m, rows, walk, row_walked)
 
-        # The group ends with its last input row or its last output row, whichever comes last:
-        # start over in the same cycle (the configuration may change right after).
-        rows_next = rows_in + row_stored
-        oy_next = oy + row_walked
-        with m.If((rows_next == self.in_h) & (oy_next == self.out_h)):
-            m.d.sync += [rows_in.eq(0), in_slot.eq(0), oy.eq(0), w.eq(0), w_slot.eq(0)]
+    def _walk_elements(self, m, walk, pipe):
+        """Walker state WALK: issues the window's elements, one every other cycle."""
+        phase = walk.phase
+        last_column = walk.walk_column == walk.walk_column_end
+        last_element = last_column & (walk.walk_row_left == 0)
+        m.d.comb += [pipe.issue.eq(~phase), pipe.issue_last.eq(~phase & last_element)]
+        m.d.sync += phase.eq(~phase)
+        with m.If(~phase):
+            m.d.sync += walk.walk_first.eq(0)
+            with m.If(last_element):
+                m.next = "SUM"
+            with m.Elif(last_column):
+                m.d.sync += [
+                    walk.walk_column.eq(walk.walk_column_first),
+                    walk.walk_row_left.eq(walk.walk_row_left - 1),
+                    walk.walk_slot.eq(Mux(walk.walk_slot == _MAX_KERNEL - 1, 0,
+                                          walk.walk_slot + 1)),
+                ]
+            with m.Else():
+                m.d.sync += walk.walk_column.eq(walk.walk_column + 1)
 
-        # -- per lane: dequantise, sum, convert, divide twice, requantise ----------------------
+    def _next_window(self, m, rows, walk, row_walked):
+        """Advances to the next window: column, then channel block, then output row."""
+        ox, h, segment, segment_base = walk.ox, walk.h, walk.segment, walk.segment_base
+        with m.If(ox == self.out_w - 1):
+            m.d.sync += [ox.eq(0), h.eq(0)]
+            with m.If(segment == self.blocks - 1):
+                w_slot_sum = rows.w_slot + self.stride
+                m.d.comb += row_walked.eq(1)
+                m.d.sync += [
+                    segment.eq(0), segment_base.eq(0),
+                    rows.oy.eq(rows.oy + 1), rows.w.eq(rows.w + self.stride),
+                    rows.w_slot.eq(Mux(w_slot_sum >= _MAX_KERNEL,
+                                       w_slot_sum - _MAX_KERNEL, w_slot_sum)),
+                ]
+            with m.Else():
+                m.d.sync += [segment.eq(segment + 1),
+                             segment_base.eq(segment_base + self.in_w)]
+        with m.Else():
+            m.d.sync += [ox.eq(ox + 1), h.eq(h + self.stride)]
+
+    def _lanes(self, m, reads, pipe, hold_valid, sum_ready, output_valid, output_codes):
+        """Per lane: dequantise, sum, convert, divide twice, requantise."""
         x_significand = Cat(self.x_scale[:23], 1)
         x_exponent = Signal(_EXP)                  # x_s = M · 2^E
         m.d.comb += x_exponent.eq(self.x_scale[23:31] - FLOAT32_BIAS - (_SIG - 1))
@@ -665,19 +743,18 @@ class AvgPool(wiring.Component):
                     m.d.comb += [n_significand.eq(value << (_SIG - 1 - log)),
                                  n_exponent.eq(log - (_SIG - 1))]
 
-        output_valid = Signal()
-        output_codes = Signal(beat_layout)
         first_divider = []
         second_divider = []
-        for lane in range(lanes):
+        for lane in range(self.lanes):
             summer = SumLane()
             m.submodules[f"sum_{lane}"] = summer
             m.d.comb += [
-                summer.code.eq(Mux(a_slot == 0, reads[0].data[lane],
-                                   Mux(a_slot == 1, reads[1].data[lane], reads[2].data[lane]))),
+                summer.code.eq(Mux(pipe.a_slot == 0, reads[0].data[lane],
+                                   Mux(pipe.a_slot == 1, reads[1].data[lane],
+                                       reads[2].data[lane]))),
                 summer.in_signed.eq(self.in_signed), summer.x_zp.eq(self.x_zp),
                 summer.x_significand.eq(x_significand), summer.x_exponent.eq(x_exponent),
-                summer.b_first.eq(b_first), summer.c_valid.eq(c_valid),
+                summer.b_first.eq(pipe.b_first), summer.c_valid.eq(pipe.c_valid),
             ]
             hold_sig = Signal(_SIG, name=f"hold_sig_{lane}")
             hold_exp = Signal(_EXP, name=f"hold_exp_{lane}")
@@ -716,27 +793,4 @@ class AvgPool(wiring.Component):
             ]
             with m.If(second.o_valid & second.o_ready):
                 m.d.sync += output_codes[lane].eq(requantise.y)
-
-        # Lanes run in lockstep: lane 0's handshakes stand for all.
-        with m.If(sum_ready):
-            m.d.sync += [hold_valid.eq(1), hold_n.eq(window_n)]
-        with m.Elif(take_hold):
-            m.d.sync += hold_valid.eq(0)
-        m.d.comb += take_hold.eq(hold_valid & first_divider[0].i_ready)
-        with m.If(second_divider[0].o_valid & second_divider[0].o_ready):
-            m.d.sync += output_valid.eq(1)
-        with m.Elif(self.o_stream.ready):
-            m.d.sync += output_valid.eq(0)
-
-        with m.If(self.enable):
-            m.d.comb += [
-                self.o_stream.valid.eq(output_valid),
-                self.o_stream.payload.eq(output_codes),
-            ]
-        with m.Else():
-            m.d.comb += [
-                self.o_stream.payload.eq(self.i_stream.payload),
-                self.o_stream.valid.eq(self.i_stream.valid),
-                self.i_stream.ready.eq(self.o_stream.ready),
-            ]
-        return m
+        return hold_n, first_divider, second_divider

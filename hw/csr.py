@@ -90,6 +90,34 @@ class ControlSignature(wiring.Signature):
         return type(other) is type(self) and other.bus_bytes == self.bus_bytes
 
 
+class _Fields:
+    """Where every field lives: register storage, pulses and the group's accumulators."""
+
+    def __init__(self, ctl, counters: dict):
+        reg = regmap.register
+        self.irq_enable = Signal(init=reg("CONTROL").field("irq_enable").reset)
+        self.running = Signal()
+        self.done = Signal()
+        self.error = Signal()
+        self.error_code = Signal(ErrorCode)
+        self.error_group = Signal(32)
+        self.error_addr = Signal(64)
+        self.watchdog = Signal(32, init=reg("WATCHDOG").field("watchdog").reset)
+        self.wide_rw = {name: Signal(64, name=name.lower())
+                        for name in ("IMAGE_BASE", "DMA_WINDOW_BASE", "DMA_WINDOW_LIMIT")}
+        self.counters = counters
+        self.group_count = Signal(32)
+        self.log_index = Signal(reg("GROUP_LOG_INDEX").field("index").width)
+        self.group_cycles = Signal(32)     # cycles of the current group so far, saturating
+        self.high_shadow = Signal(32)      # upper counter half latched by a *_LO read
+        self.start = Signal()
+        self.soft_reset = Signal()
+        self.busy = self.running | ~ctl.idle
+        # The current group's DRAM bytes read and written (for its log entry).
+        self.group_read = Signal(32)
+        self.group_written = Signal(32)
+
+
 class CsrBlock(wiring.Component):
     """The register map of :mod:`sfnpu.regmap` on an AXI4-Lite slave port.
 
@@ -154,75 +182,91 @@ class CsrBlock(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         ctl = self.control
-        reg = regmap.register
+        f = _Fields(ctl, self.counters)
+        log_write, log_read, log_bits = self._group_log(m, f)
+        read_value = self._read_values(f, log_read)
+        self._bus_write(m, f)
+        self._bus_read(m, f, read_value)
 
-        # -- where every field lives -----------------------------------------------------------
-        irq_enable = Signal(init=reg("CONTROL").field("irq_enable").reset)
-        running = Signal()
-        done = Signal()
-        error = Signal()
-        error_code = Signal(ErrorCode)
-        error_group = Signal(32)
-        error_addr = Signal(64)
-        watchdog = Signal(32, init=reg("WATCHDOG").field("watchdog").reset)
-        wide_rw = {name: Signal(64, name=name.lower())
-                   for name in ("IMAGE_BASE", "DMA_WINDOW_BASE", "DMA_WINDOW_LIMIT")}
-        counters = self.counters
-        group_count = Signal(32)
-        log_index = Signal(reg("GROUP_LOG_INDEX").field("index").width)
-        group_cycles = Signal(32)          # cycles of the current group so far, saturating
-        high_shadow = Signal(32)           # upper counter half latched by a *_LO read
-        start = Signal()
-        soft_reset = Signal()
-        busy = running | ~ctl.idle
+        # -- run state, counters and the group log (after the bus writes: hardware wins) -------
+        start_run = f.start & ~f.busy
+        with m.If(f.running):
+            self._count(m, f, log_write, log_bits)
 
-        # One entry per group: cycles, DRAM bytes read, DRAM bytes written.
-        group_read = Signal(32)
-        group_written = Signal(32)
+        # A start or a soft reset clears the run state (one condition: it maps onto the
+        # flip-flops' synchronous reset).
+        clear = Signal()
+        m.d.comb += clear.eq(f.soft_reset | start_run)
+        with m.If(clear):
+            m.d.sync += [f.done.eq(0), f.error.eq(0), f.error_code.eq(ErrorCode.NONE),
+                         f.error_group.eq(0), f.error_addr.eq(0), f.group_count.eq(0),
+                         f.group_cycles.eq(0), f.group_read.eq(0), f.group_written.eq(0),
+                         f.running.eq(~f.soft_reset)]
+            m.d.sync += [counter.eq(0) for counter in f.counters.values()]
+
+        m.d.comb += [
+            ctl.start.eq(start_run & ~f.soft_reset),
+            ctl.soft_reset.eq(f.soft_reset),
+            ctl.running.eq(f.running),
+            ctl.image_base.eq(f.wide_rw["IMAGE_BASE"]),
+            ctl.window_base.eq(f.wide_rw["DMA_WINDOW_BASE"]),
+            ctl.window_limit.eq(f.wide_rw["DMA_WINDOW_LIMIT"]),
+            ctl.watchdog.eq(f.watchdog),
+            self.irq.eq(f.irq_enable & (f.done | f.error)),
+        ]
+        return m
+
+    def _group_log(self, m, f):
+        """The group log: one entry per group (cycles, DRAM bytes read, bytes written)."""
         m.submodules.group_log = log = Memory(shape=96, depth=self.group_log_depth, init=[])
         log_write = log.write_port()
         log_read = log.read_port()
         log_bits = (self.group_log_depth - 1).bit_length()
-        m.d.comb += log_read.addr.eq(log_index[:log_bits])
+        m.d.comb += log_read.addr.eq(f.log_index[:log_bits])
+        return log_write, log_read, log_bits
 
-        # Read value of every field, and the storage RW fields write to.
+    def _read_values(self, f, log_read):
+        """The read value of every register, as a function of the register."""
+        reg = regmap.register
         constants = {name: Const(regmap.reset_value(reg(name), self.parameters), 32)
                      for name in ("ID", "VERSION", "FINGERPRINT_LO", "FINGERPRINT_HI",
                                   "GROUP_LOG_DEPTH")}
         fields = {
-            "CONTROL": {"start": Const(0), "soft_reset": Const(0), "irq_enable": irq_enable},
-            "STATUS": {"busy": busy, "done": done, "error": error},
-            "ERROR_CODE": {"code": error_code},
-            "ERROR_GROUP": {"error_group": error_group},
-            "ERROR_ADDR_LO": {"error_addr_lo": error_addr[:32]},
-            "ERROR_ADDR_HI": {"error_addr_hi": error_addr[32:]},
-            "WATCHDOG": {"watchdog": watchdog},
-            "GROUP_COUNT": {"group_count": group_count},
-            "GROUP_LOG_INDEX": {"index": log_index},
+            "CONTROL": {"start": Const(0), "soft_reset": Const(0), "irq_enable": f.irq_enable},
+            "STATUS": {"busy": f.busy, "done": f.done, "error": f.error},
+            "ERROR_CODE": {"code": f.error_code},
+            "ERROR_GROUP": {"error_group": f.error_group},
+            "ERROR_ADDR_LO": {"error_addr_lo": f.error_addr[:32]},
+            "ERROR_ADDR_HI": {"error_addr_hi": f.error_addr[32:]},
+            "WATCHDOG": {"watchdog": f.watchdog},
+            "GROUP_COUNT": {"group_count": f.group_count},
+            "GROUP_LOG_INDEX": {"index": f.log_index},
             "GROUP_LOG_DATA": {"group_log_data": log_read.data[:32]},
             "GROUP_LOG_READ_BYTES": {"group_log_read_bytes": log_read.data[32:64]},
             "GROUP_LOG_WRITE_BYTES": {"group_log_write_bytes": log_read.data[64:]},
         }
-        for name, value in [*wide_rw.items(), *counters.items()]:
+        for name, value in [*f.wide_rw.items(), *f.counters.items()]:
             lo, hi = regmap.wide_registers()[name]
             fields[lo.name] = {lo.fields[0].name: value[:32]}
-            fields[hi.name] = {hi.fields[0].name: self._high_half(value, high_shadow)
+            fields[hi.name] = {hi.fields[0].name: self._high_half(value, f.high_shadow)
                                if hi.latched else value[32:]}
 
         def read_value(r: regmap.Register):
             if r.name in constants:
                 return constants[r.name]
             parts, pos = [], 0
-            for f in sorted(r.fields, key=lambda f: f.lsb):
-                parts += [Const(0, f.lsb - pos), fields[r.name][f.name]]
-                pos = f.lsb + f.width
+            for field in sorted(r.fields, key=lambda field: field.lsb):
+                parts += [Const(0, field.lsb - pos), fields[r.name][field.name]]
+                pos = field.lsb + field.width
             return Cat(*parts, Const(0, 32 - pos))
 
         missing = [r.name for r in regmap.REGISTERS
                    if r.name not in constants and r.name not in fields]
         assert not missing, f"registers without an implementation: {missing}"
+        return read_value
 
-        # -- AXI4-Lite write: address and data together, one response outstanding -------------
+    def _bus_write(self, m, f):
+        """AXI4-Lite write: address and data together, one response outstanding."""
         bus = self.bus
         b_valid = Signal()
         b_resp = Signal(Resp)
@@ -240,16 +284,16 @@ class CsrBlock(wiring.Component):
             m.d.sync += b_valid.eq(0)
 
         rw_storage = {
-            ("CONTROL", "irq_enable"): irq_enable,
-            ("WATCHDOG", "watchdog"): watchdog,
-            ("GROUP_LOG_INDEX", "index"): log_index,
+            ("CONTROL", "irq_enable"): f.irq_enable,
+            ("WATCHDOG", "watchdog"): f.watchdog,
+            ("GROUP_LOG_INDEX", "index"): f.log_index,
         }
-        for name, value in wide_rw.items():
+        for name, value in f.wide_rw.items():
             lo, hi = regmap.wide_registers()[name]
             rw_storage[(lo.name, lo.fields[0].name)] = value[:32]
             rw_storage[(hi.name, hi.fields[0].name)] = value[32:]
-        w1c_storage = {("STATUS", "done"): done, ("STATUS", "error"): error}
-        w1p_pulses = {("CONTROL", "start"): start, ("CONTROL", "soft_reset"): soft_reset}
+        w1c_storage = {("STATUS", "done"): f.done, ("STATUS", "error"): f.error}
+        w1p_pulses = {("CONTROL", "start"): f.start, ("CONTROL", "soft_reset"): f.soft_reset}
 
         with m.If(write_fire):
             m.d.sync += [b_valid.eq(1), b_resp.eq(Resp.SLVERR)]
@@ -258,24 +302,26 @@ class CsrBlock(wiring.Component):
                     if not r.writable:
                         continue
                     with m.Case(r.offset):
-                        allowed = ~busy if r.locked_while_busy else Const(1)
+                        allowed = ~f.busy if r.locked_while_busy else Const(1)
                         with m.If(allowed):
                             m.d.sync += b_resp.eq(Resp.OKAY)
-                            for f in r.fields:
-                                key = (r.name, f.name)
-                                bits = slice(f.lsb, f.lsb + f.width)
+                            for field in r.fields:
+                                key = (r.name, field.name)
+                                bits = slice(field.lsb, field.lsb + field.width)
                                 ones = (wdata & strobe_mask)[bits]
-                                if f.access is Access.RW:
+                                if field.access is Access.RW:
                                     target = rw_storage[key]
                                     keep = target & ~strobe_mask[bits]
                                     m.d.sync += target.eq(keep | ones)
-                                elif f.access is Access.W1C:
+                                elif field.access is Access.W1C:
                                     with m.If(ones.any()):
                                         m.d.sync += w1c_storage[key].eq(0)
-                                elif f.access is Access.W1P:
+                                elif field.access is Access.W1P:
                                     m.d.comb += w1p_pulses[key].eq(ones.any())
 
-        # -- AXI4-Lite read: data registered, valid the cycle after the address ---------------
+    def _bus_read(self, m, f, read_value):
+        """AXI4-Lite read: data registered, valid the cycle after the address."""
+        bus = self.bus
         r_valid = Signal()
         r_data = Signal(32)
         r_resp = Signal(Resp)
@@ -309,67 +355,45 @@ class CsrBlock(wiring.Component):
                         m.d.sync += r_resp.eq(Resp.OKAY)
                         if r.latched and r.name.endswith("_LO"):
                             # The upper half of the same cycle's value, for the *_HI read.
-                            m.d.sync += high_shadow.eq(counters[r.name[:-3]][32:])
+                            m.d.sync += f.high_shadow.eq(f.counters[r.name[:-3]][32:])
                         if r.name == "GROUP_LOG_DATA":
-                            m.d.sync += log_index.eq(log_index + 1)
+                            m.d.sync += f.log_index.eq(f.log_index + 1)
 
-        # -- run state, counters and the group log (after the bus writes: hardware wins) -------
-        start_run = start & ~busy
-        with m.If(running):
-            m.d.sync += counters["CYCLES"].eq(counters["CYCLES"] + 1)
-            for cause in StallCause:
-                counter = counters[f"STALL_{cause.name}"]
-                m.d.sync += counter.eq(counter + ctl.stall[cause.value])
-            m.d.sync += [
-                counters["DRAM_READ_BYTES"].eq(counters["DRAM_READ_BYTES"] + ctl.read_bytes),
-                counters["DRAM_WRITE_BYTES"].eq(counters["DRAM_WRITE_BYTES"] + ctl.write_bytes),
-            ]
-            def saturating(total, step):
-                wide = total + step
-                return Mux(wide > _LOG_ENTRY_MAX, _LOG_ENTRY_MAX, wide)[:32]
-
-            this_group = saturating(group_cycles, 1)
-            this_read = saturating(group_read, ctl.read_bytes)
-            this_written = saturating(group_written, ctl.write_bytes)
-            m.d.sync += [group_cycles.eq(this_group), group_read.eq(this_read),
-                         group_written.eq(this_written)]
-            with m.If(ctl.group_done):
-                m.d.comb += [
-                    log_write.addr.eq(group_count[:log_bits]),
-                    log_write.data.eq(Cat(this_group, this_read, this_written)),
-                    log_write.en.eq(1),
-                ]
-                m.d.sync += [group_count.eq(group_count + 1), group_cycles.eq(0),
-                             group_read.eq(0), group_written.eq(0)]
-            with m.If(ctl.done | ctl.error):
-                m.d.sync += [running.eq(0), done.eq(1)]
-            with m.If(ctl.error):
-                m.d.sync += [
-                    error.eq(1),
-                    error_code.eq(ctl.error_code),
-                    error_group.eq(ctl.error_group),
-                    error_addr.eq(ctl.error_addr),
-                ]
-
-        # A start or a soft reset clears the run state (one condition: it maps onto the
-        # flip-flops' synchronous reset).
-        clear = Signal()
-        m.d.comb += clear.eq(soft_reset | start_run)
-        with m.If(clear):
-            m.d.sync += [done.eq(0), error.eq(0), error_code.eq(ErrorCode.NONE),
-                         error_group.eq(0), error_addr.eq(0), group_count.eq(0),
-                         group_cycles.eq(0), group_read.eq(0), group_written.eq(0),
-                         running.eq(~soft_reset)]
-            m.d.sync += [counter.eq(0) for counter in counters.values()]
-
-        m.d.comb += [
-            ctl.start.eq(start_run & ~soft_reset),
-            ctl.soft_reset.eq(soft_reset),
-            ctl.running.eq(running),
-            ctl.image_base.eq(wide_rw["IMAGE_BASE"]),
-            ctl.window_base.eq(wide_rw["DMA_WINDOW_BASE"]),
-            ctl.window_limit.eq(wide_rw["DMA_WINDOW_LIMIT"]),
-            ctl.watchdog.eq(watchdog),
-            self.irq.eq(irq_enable & (done | error)),
+    def _count(self, m, f, log_write, log_bits):
+        """While running: the counters, the group's log entry, and the end of the run."""
+        ctl, counters = self.control, f.counters
+        m.d.sync += counters["CYCLES"].eq(counters["CYCLES"] + 1)
+        for cause in StallCause:
+            counter = counters[f"STALL_{cause.name}"]
+            m.d.sync += counter.eq(counter + ctl.stall[cause.value])
+        m.d.sync += [
+            counters["DRAM_READ_BYTES"].eq(counters["DRAM_READ_BYTES"] + ctl.read_bytes),
+            counters["DRAM_WRITE_BYTES"].eq(counters["DRAM_WRITE_BYTES"] + ctl.write_bytes),
         ]
-        return m
+
+        def saturating(total, step):
+            wide = total + step
+            return Mux(wide > _LOG_ENTRY_MAX, _LOG_ENTRY_MAX, wide)[:32]
+
+        this_group = saturating(f.group_cycles, 1)
+        this_read = saturating(f.group_read, ctl.read_bytes)
+        this_written = saturating(f.group_written, ctl.write_bytes)
+        m.d.sync += [f.group_cycles.eq(this_group), f.group_read.eq(this_read),
+                     f.group_written.eq(this_written)]
+        with m.If(ctl.group_done):
+            m.d.comb += [
+                log_write.addr.eq(f.group_count[:log_bits]),
+                log_write.data.eq(Cat(this_group, this_read, this_written)),
+                log_write.en.eq(1),
+            ]
+            m.d.sync += [f.group_count.eq(f.group_count + 1), f.group_cycles.eq(0),
+                         f.group_read.eq(0), f.group_written.eq(0)]
+        with m.If(ctl.done | ctl.error):
+            m.d.sync += [f.running.eq(0), f.done.eq(1)]
+        with m.If(ctl.error):
+            m.d.sync += [
+                f.error.eq(1),
+                f.error_code.eq(ctl.error_code),
+                f.error_group.eq(ctl.error_group),
+                f.error_addr.eq(ctl.error_addr),
+            ]

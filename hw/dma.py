@@ -37,6 +37,7 @@ writes (its strobes).
 from __future__ import annotations
 
 from fractions import Fraction
+from types import SimpleNamespace
 
 from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
@@ -178,18 +179,43 @@ class DmaEngine(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        bus = self.bus
+        failed = Signal()
+        raise_error = []                              # (condition, code, address), by priority
+        decoded = self._decode(m)
+        rd = self._read_channel(m, failed, raise_error)
+        wr = self._write_channel(m, failed, raise_error)
+        self._accept(m, decoded, failed, raise_error, rd, wr)
+        self._watchdog(m, raise_error, rd, wr)
+
+        # -- error state: the first error wins; the listed order breaks ties ------------------
+        for condition, code, address in reversed(raise_error):
+            with m.If(condition & ~failed):
+                m.d.sync += [failed.eq(1), self.error_code.eq(code),
+                             self.error_addr.eq(address)]
+        with m.If(failed):                            # drop the bursts not yet issued
+            m.d.sync += [rd.left.eq(0), wr.left.eq(0)]
+        for condition, _, _ in raise_error:
+            with m.If(condition):
+                m.d.sync += [rd.left.eq(0), wr.left.eq(0)]
+
+        read_busy = (rd.left != 0) | (rd.outstanding != 0)
+        write_busy = (wr.left != 0) | (wr.outstanding != 0)
+        m.d.comb += [
+            self.read_busy.eq(read_busy),
+            self.write_busy.eq(write_busy),
+            self.idle.eq(~read_busy & ~write_busy),
+            self.error.eq(failed),
+        ]
+        with m.If(self.clear & ~read_busy & ~write_busy):
+            m.d.sync += [failed.eq(0), self.error_code.eq(ErrorCode.NONE),
+                         self.error_addr.eq(0)]
+        return m
+
+    def _decode(self, m):
+        """Command decode: the word range of the command and the window check."""
         B = self.bus_bytes
         size_log2 = B.bit_length() - 1
         word_bits = self.addr_width - size_log2
-        page_words = BOUNDARY_BYTES // B
-        count_bits = self.length_bits + 1            # words of one command, with margin
-        all_strobes = (1 << B) - 1
-
-        failed = Signal()
-        raise_error = []                              # (condition, code, address), by priority
-
-        # -- command decode and the window check ---------------------------------------------
         cmd = self.cmd.payload
         end = Signal(self.addr_width + 1)
         first_word = Signal(word_bits)
@@ -203,44 +229,52 @@ class DmaEngine(wiring.Component):
         in_window = (((first_word << size_log2) >= self.window_base)
                      & ((end_word << size_log2) <= self.window_limit)
                      & ((end_word << size_log2) <= 1 << self.addr_width))
-        is_write = cmd.direction == Direction.WRITE
+        return SimpleNamespace(end=end, first_word=first_word, end_word=end_word,
+                               in_window=in_window)
 
-        def burst_issuer(channel, outstanding_limit, completed):
-            """Split the current command of one direction into bursts on ``channel``."""
-            next_word = Signal(word_bits)
-            words_left = Signal(count_bits)
-            outstanding = Signal(range(outstanding_limit + 1))
-            burst = Signal(range(max(self.max_burst, page_words) + 1))
-            m.d.comb += burst.eq(self._burst_words(m, next_word, words_left))
-            can_load = ~channel.valid | channel.ready
-            issue = Signal()
-            m.d.comb += issue.eq(can_load & (words_left != 0) & ~failed
-                                 & (outstanding < outstanding_limit))
-            with m.If(can_load):
-                m.d.sync += channel.valid.eq(issue)
-            with m.If(issue):
-                m.d.sync += [
-                    channel.payload.addr.eq(next_word << size_log2),
-                    channel.payload.len.eq(burst - 1),
-                    channel.payload.size.eq(size_log2),
-                    channel.payload.burst.eq(Burst.INCR),
-                    next_word.eq(next_word + burst),
-                    words_left.eq(words_left - burst),
-                ]
-            with m.If(issue & ~completed):
-                m.d.sync += outstanding.eq(outstanding + 1)
-            with m.Elif(completed & ~issue):
-                m.d.sync += outstanding.eq(outstanding - 1)
-            return next_word, words_left, outstanding, burst, issue
+    def _burst_issuer(self, m, channel, outstanding_limit, completed, failed):
+        """Split the current command of one direction into bursts on ``channel``."""
+        size_log2 = self.bus_bytes.bit_length() - 1
+        word_bits = self.addr_width - size_log2
+        page_words = BOUNDARY_BYTES // self.bus_bytes
+        count_bits = self.length_bits + 1            # words of one command, with margin
+        next_word = Signal(word_bits)
+        words_left = Signal(count_bits)
+        outstanding = Signal(range(outstanding_limit + 1))
+        burst = Signal(range(max(self.max_burst, page_words) + 1))
+        m.d.comb += burst.eq(self._burst_words(m, next_word, words_left))
+        can_load = ~channel.valid | channel.ready
+        issue = Signal()
+        m.d.comb += issue.eq(can_load & (words_left != 0) & ~failed
+                             & (outstanding < outstanding_limit))
+        with m.If(can_load):
+            m.d.sync += channel.valid.eq(issue)
+        with m.If(issue):
+            m.d.sync += [
+                channel.payload.addr.eq(next_word << size_log2),
+                channel.payload.len.eq(burst - 1),
+                channel.payload.size.eq(size_log2),
+                channel.payload.burst.eq(Burst.INCR),
+                next_word.eq(next_word + burst),
+                words_left.eq(words_left - burst),
+            ]
+        with m.If(issue & ~completed):
+            m.d.sync += outstanding.eq(outstanding + 1)
+        with m.Elif(completed & ~issue):
+            m.d.sync += outstanding.eq(outstanding - 1)
+        return next_word, words_left, outstanding, burst, issue
 
-        # -- read channel --------------------------------------------------------------------
+    def _read_channel(self, m, failed, raise_error):
+        """Read channel: AR bursts, and R beats to ``read_data`` with the command's last."""
+        bus, B = self.bus, self.bus_bytes
+        size_log2 = B.bit_length() - 1
         read_info = data.StructLayout({"last": 1, "addr": self.addr_width})
         m.submodules.read_info = read_fifo = SyncFIFO(width=read_info.size,
                                                       depth=self.read_outstanding)
         r_fire = bus.r.valid & bus.r.ready
         r_done = r_fire & bus.r.payload.last
-        rd_word, rd_left, rd_outstanding, rd_burst, rd_issue = burst_issuer(
-            bus.ar, self.read_outstanding, r_done)
+        rd_word, rd_left, rd_outstanding, rd_burst, rd_issue = self._burst_issuer(
+            m, bus.ar, self.read_outstanding, r_done, failed)
         pushed = data.View(read_info, read_fifo.w_data)
         m.d.comb += [
             read_fifo.w_en.eq(rd_issue),
@@ -258,8 +292,13 @@ class DmaEngine(wiring.Component):
             self.read_bytes.eq(Mux(r_fire, B, 0)),
         ]
         raise_error.append((r_fire & ~r_ok, ErrorCode.AXI_READ_ERROR, burst_info.addr))
+        return SimpleNamespace(word=rd_word, left=rd_left, outstanding=rd_outstanding,
+                               fire=r_fire)
 
-        # -- write channel -------------------------------------------------------------------
+    def _write_channel(self, m, failed, raise_error):
+        """Write channel: AW bursts, W beats with their strobes, and the B responses."""
+        bus, B = self.bus, self.bus_bytes
+        size_log2 = B.bit_length() - 1
         beats = data.StructLayout({"beats_m1": 8, "first": 1, "head": size_log2 or 1,
                                    "last": 1, "tail": size_log2 or 1})
         m.submodules.write_beats = w_fifo = SyncFIFO(width=beats.size,
@@ -267,8 +306,8 @@ class DmaEngine(wiring.Component):
         m.submodules.write_addrs = b_fifo = SyncFIFO(width=self.addr_width,
                                                      depth=self.write_outstanding)
         b_fire = bus.b.valid & bus.b.ready
-        wr_word, wr_left, wr_outstanding, wr_burst, wr_issue = burst_issuer(
-            bus.aw, self.write_outstanding, b_fire)
+        wr_word, wr_left, wr_outstanding, wr_burst, wr_issue = self._burst_issuer(
+            m, bus.aw, self.write_outstanding, b_fire, failed)
         head = Signal(size_log2 or 1)                 # first byte lane of the command
         tail = Signal(size_log2 or 1)                 # lanes in its last word (0: all)
         first_burst = Signal()
@@ -288,16 +327,7 @@ class DmaEngine(wiring.Component):
 
         burst = data.View(beats, w_fifo.r_data)
         w_beat = Signal(8)
-        first_beat = burst.first & (w_beat == 0)
-        last_beat = burst.last & (w_beat == burst.beats_m1)
-        lanes_all = Const(all_strobes, B)
-        head_mask = (lanes_all << burst.head)[:B] if size_log2 else lanes_all
-        tail_mask = Mux(burst.tail == 0, lanes_all,
-                        ((Const(1, B + 1) << burst.tail) - 1)[:B]) if size_log2 else lanes_all
-        strobes = lanes_all & Mux(first_beat, head_mask, lanes_all) \
-            & Mux(last_beat, tail_mask, lanes_all)
-        written = (Mux(last_beat & (burst.tail != 0), burst.tail, B)
-                   - Mux(first_beat, burst.head, 0)) if size_log2 else B
+        strobes, written = self._write_strobes(burst, w_beat)
         w_fire = bus.w.valid & bus.w.ready
         m.d.comb += [
             bus.w.valid.eq(w_fifo.r_rdy & (self.write_data.valid | failed)),
@@ -316,56 +346,59 @@ class DmaEngine(wiring.Component):
                 m.d.comb += w_fifo.r_en.eq(1)
         raise_error.append((b_fire & (bus.b.payload.resp != Resp.OKAY),
                             ErrorCode.AXI_WRITE_ERROR, b_fifo.r_data))
+        return SimpleNamespace(word=wr_word, left=wr_left, outstanding=wr_outstanding,
+                               head=head, tail=tail, first_burst=first_burst, fire=w_fire,
+                               b_fire=b_fire, beats_ready=w_fifo.r_rdy)
 
-        # -- accepting commands --------------------------------------------------------------
-        engine_free = Mux(is_write, wr_left == 0, rd_left == 0)
+    def _write_strobes(self, burst, w_beat):
+        """Byte strobes of a W beat (head and tail lanes masked) and the bytes it writes."""
+        B = self.bus_bytes
+        size_log2 = B.bit_length() - 1
+        all_strobes = (1 << B) - 1
+        first_beat = burst.first & (w_beat == 0)
+        last_beat = burst.last & (w_beat == burst.beats_m1)
+        lanes_all = Const(all_strobes, B)
+        head_mask = (lanes_all << burst.head)[:B] if size_log2 else lanes_all
+        tail_mask = Mux(burst.tail == 0, lanes_all,
+                        ((Const(1, B + 1) << burst.tail) - 1)[:B]) if size_log2 else lanes_all
+        strobes = lanes_all & Mux(first_beat, head_mask, lanes_all) \
+            & Mux(last_beat, tail_mask, lanes_all)
+        written = (Mux(last_beat & (burst.tail != 0), burst.tail, B)
+                   - Mux(first_beat, burst.head, 0)) if size_log2 else B
+        return strobes, written
+
+    def _accept(self, m, decoded, failed, raise_error, rd, wr):
+        """Accepting commands: the idle engine of their direction, or a window error."""
+        cmd = self.cmd.payload
+        size_log2 = self.bus_bytes.bit_length() - 1
+        first_word, end_word = decoded.first_word, decoded.end_word
+        is_write = cmd.direction == Direction.WRITE
+        engine_free = Mux(is_write, wr.left == 0, rd.left == 0)
         m.d.comb += self.cmd.ready.eq(engine_free | failed)
         accept = self.cmd.valid & self.cmd.ready & ~failed & (cmd.length != 0)
-        with m.If(accept & in_window):
+        with m.If(accept & decoded.in_window):
             with m.If(is_write):
                 m.d.sync += [
-                    wr_word.eq(first_word),
-                    wr_left.eq(end_word - first_word),
-                    head.eq(cmd.address[:size_log2] if size_log2 else 0),
-                    tail.eq(end[:size_log2] if size_log2 else 0),
-                    first_burst.eq(1),
+                    wr.word.eq(first_word),
+                    wr.left.eq(end_word - first_word),
+                    wr.head.eq(cmd.address[:size_log2] if size_log2 else 0),
+                    wr.tail.eq(decoded.end[:size_log2] if size_log2 else 0),
+                    wr.first_burst.eq(1),
                 ]
             with m.Else():
-                m.d.sync += [rd_word.eq(first_word), rd_left.eq(end_word - first_word)]
-        raise_error.insert(0, (accept & ~in_window, ErrorCode.DMA_WINDOW, cmd.address))
+                m.d.sync += [rd.word.eq(first_word), rd.left.eq(end_word - first_word)]
+        raise_error.insert(0, (accept & ~decoded.in_window, ErrorCode.DMA_WINDOW, cmd.address))
 
-        # -- watchdog: cycles the slave keeps the engine waiting without any handshake -------
+    def _watchdog(self, m, raise_error, rd, wr):
+        """Watchdog: cycles the slave keeps the engine waiting without any handshake."""
+        bus = self.bus
         handshake = ((bus.ar.valid & bus.ar.ready) | (bus.aw.valid & bus.aw.ready)
-                     | w_fire | r_fire | b_fire)
+                     | wr.fire | rd.fire | wr.b_fire)
         waiting = ((bus.ar.valid & ~bus.ar.ready) | (bus.aw.valid & ~bus.aw.ready)
                    | (bus.w.valid & ~bus.w.ready)
-                   | ((rd_outstanding != 0) & ~bus.r.valid)
-                   | ((wr_outstanding != 0) & ~w_fifo.r_rdy & ~bus.b.valid))
+                   | ((rd.outstanding != 0) & ~bus.r.valid)
+                   | ((wr.outstanding != 0) & ~wr.beats_ready & ~bus.b.valid))
         stalled = Signal(32)
         m.d.sync += stalled.eq(Mux(waiting & ~handshake, stalled + 1, 0))
         raise_error.append(((self.watchdog != 0) & (stalled >= self.watchdog),
                             ErrorCode.TIMEOUT, 0))
-
-        # -- error state: the first error wins; the listed order breaks ties ------------------
-        for condition, code, address in reversed(raise_error):
-            with m.If(condition & ~failed):
-                m.d.sync += [failed.eq(1), self.error_code.eq(code),
-                             self.error_addr.eq(address)]
-        with m.If(failed):                            # drop the bursts not yet issued
-            m.d.sync += [rd_left.eq(0), wr_left.eq(0)]
-        for condition, _, _ in raise_error:
-            with m.If(condition):
-                m.d.sync += [rd_left.eq(0), wr_left.eq(0)]
-
-        read_busy = (rd_left != 0) | (rd_outstanding != 0)
-        write_busy = (wr_left != 0) | (wr_outstanding != 0)
-        m.d.comb += [
-            self.read_busy.eq(read_busy),
-            self.write_busy.eq(write_busy),
-            self.idle.eq(~read_busy & ~write_busy),
-            self.error.eq(failed),
-        ]
-        with m.If(self.clear & ~read_busy & ~write_busy):
-            m.d.sync += [failed.eq(0), self.error_code.eq(ErrorCode.NONE),
-                         self.error_addr.eq(0)]
-        return m

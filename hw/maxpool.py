@@ -144,41 +144,61 @@ class MaxPool(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        lanes = self.lanes
-        beat_layout = data.ArrayLayout(8, lanes)
         sign_flip = Mux(self.signed, 0x80, 0x00)
+        h_valid, h_data, h_ready, i_ready = self._horizontal(m, sign_flip)
+        b_valid, b_emit, v_maximum = self._vertical(m, h_valid, h_data, h_ready)
 
-        def as_signed(value, name):
-            """``value`` as a named signed signal: positions, window bounds and their
-            differences (negative before the first pixel) all fit in 16 bits."""
-            result = Signal(signed(16), name=name)
-            m.d.comb += result.eq(value)
-            return result
+        with m.If(self.enable):
+            m.d.comb += [
+                self.i_stream.ready.eq(i_ready),
+                self.o_stream.valid.eq(b_valid & b_emit),
+            ]
+            for lane in range(self.lanes):
+                m.d.comb += self.o_stream.payload[lane].eq(v_maximum[lane] ^ sign_flip)
+        with m.Else():
+            m.d.comb += [
+                self.o_stream.payload.eq(self.i_stream.payload),
+                self.o_stream.valid.eq(self.i_stream.valid),
+                self.i_stream.ready.eq(self.o_stream.ready),
+            ]
+        return m
 
-        def window(start, size, name):
-            """(first position clipped to 0, last position) of the window whose first position
-            is ``start − pad``; the last is clipped to the input."""
-            lo = as_signed(as_signed(start, f"{name}_start") - self.pad, f"{name}_lo")
-            last = lo + self.kernel - 1
-            end = as_signed(Mux(last < size - 1, last, size - 1), f"{name}_end")
-            return as_signed(Mux(lo < 0, 0, lo), f"{name}_first"), end
+    @staticmethod
+    def _as_signed(m, value, name):
+        """``value`` as a named signed signal: positions, window bounds and their differences
+        (negative before the first pixel) all fit in 16 bits."""
+        result = Signal(signed(16), name=name)
+        m.d.comb += result.eq(value)
+        return result
 
-        def covered(position, distance, first):
-            """The element ``distance`` positions before ``position`` lies in the window."""
-            return position - distance >= first
+    def _window(self, m, start, size, name):
+        """(first position clipped to 0, last position) of the window whose first position is
+        ``start − pad``; the last is clipped to the input."""
+        lo = self._as_signed(m, self._as_signed(m, start, f"{name}_start") - self.pad,
+                             f"{name}_lo")
+        last = lo + self.kernel - 1
+        end = self._as_signed(m, Mux(last < size - 1, last, size - 1), f"{name}_end")
+        return self._as_signed(m, Mux(lo < 0, 0, lo), f"{name}_first"), end
 
-        def key_max(candidates, name):
-            """Lane-wise maximum of (keys, included) pairs; excluded ones count as key 0."""
-            result = Signal(beat_layout, name=name)
-            for lane in range(lanes):
-                best = None
-                for keys, included in candidates:
-                    value = Mux(included, keys[lane], 0)
-                    best = value if best is None else Mux(value > best, value, best)
-                m.d.comb += result[lane].eq(best)
-            return result
+    @staticmethod
+    def _covered(position, distance, first):
+        """The element ``distance`` positions before ``position`` lies in the window."""
+        return position - distance >= first
 
-        # -- horizontal stage: one segment in, one value per output column out ----------------
+    def _key_max(self, m, candidates, name):
+        """Lane-wise maximum of (keys, included) pairs; excluded ones count as key 0."""
+        result = Signal(data.ArrayLayout(8, self.lanes), name=name)
+        for lane in range(self.lanes):
+            best = None
+            for keys, included in candidates:
+                value = Mux(included, keys[lane], 0)
+                best = value if best is None else Mux(value > best, value, best)
+            m.d.comb += result[lane].eq(best)
+        return result
+
+    def _horizontal(self, m, sign_flip):
+        """Horizontal stage: one segment in, one value per output column out."""
+        beat_layout = data.ArrayLayout(8, self.lanes)
         h_position = Signal(range(self.max_width + 1))         # index of the arriving pixel
         h_start = Signal(range(2 * self.max_out_width + 1))    # output column · stride
         h_count = Signal(range(self.max_out_width + 1))        # output columns emitted
@@ -187,8 +207,8 @@ class MaxPool(wiring.Component):
         h_data = Signal(beat_layout)
         h_ready = Signal()
 
-        h_first, h_end = window(h_start, self.in_w, "h")
-        h_index = as_signed(h_position, "h_index")
+        h_first, h_end = self._window(m, h_start, self.in_w, "h")
+        h_index = self._as_signed(m, h_position, "h_index")
         h_outputs_done = h_count == self.out_w
         h_has_input = h_position < self.in_w
         h_emit_wanted = ~h_outputs_done & (h_index >= h_end)
@@ -197,7 +217,7 @@ class MaxPool(wiring.Component):
         h_slot_free = ~h_valid | h_ready
 
         arriving = Signal(beat_layout)
-        for lane in range(lanes):
+        for lane in range(self.lanes):
             m.d.comb += arriving[lane].eq(self.i_stream.payload[lane] ^ sign_flip)
         h_accept = Signal()
         h_emit = Signal()
@@ -208,10 +228,10 @@ class MaxPool(wiring.Component):
             h_emit.eq(self.enable & h_emit_wanted & h_slot_free
                       & (~h_emit_uses_input | self.i_stream.valid)),
         ]
-        h_maximum = key_max([
+        h_maximum = self._key_max(m, [
             (arriving, h_emit_uses_input),
-            (h_previous[0], covered(h_index, 1, h_first)),
-            (h_previous[1], covered(h_index, 2, h_first)),
+            (h_previous[0], self._covered(h_index, 1, h_first)),
+            (h_previous[1], self._covered(h_index, 2, h_first)),
         ], "h_maximum")
 
         with m.If(h_accept):
@@ -228,8 +248,11 @@ class MaxPool(wiring.Component):
             m.d.sync += [h_position.eq(next_h_position), h_count.eq(next_h_count)]
             with m.If(h_emit):
                 m.d.sync += h_start.eq(h_start + self.stride)
+        return h_valid, h_data, h_ready, i_ready
 
-        # -- vertical stage: reduced rows in, output rows out ---------------------------------
+    def _vertical(self, m, h_valid, h_data, h_ready):
+        """Vertical stage: reduced rows in, output rows out."""
+        beat_layout = data.ArrayLayout(8, self.lanes)
         # Row-level state: which input row arrives and which output row is next.
         v_position = Signal(range(self.max_height + 1))
         v_start = Signal(range(2 * (self.max_height + 2) + 1))
@@ -238,8 +261,8 @@ class MaxPool(wiring.Component):
         # blocks also the column in the segment and the segment, to find the row's end.
         column = Signal(range(self.max_row_pixels))
 
-        v_first, v_end = window(v_start, self.in_h, "v")
-        v_index = as_signed(v_position, "v_index")
+        v_first, v_end = self._window(m, v_start, self.in_h, "v")
+        v_index = self._as_signed(m, v_position, "v_index")
         v_outputs_done = v_count == self.out_h
         row_takes_input = (v_position < self.in_h) & (v_outputs_done | (v_index <= v_end))
         row_emits = ~v_outputs_done & (v_index >= v_end)
@@ -279,26 +302,15 @@ class MaxPool(wiring.Component):
                 b_column.eq(column),
                 b_arriving.eq(h_data),
                 b_include[0].eq(row_emit_uses_input),
-                b_include[1].eq(covered(v_index, 1, v_first)),
-                b_include[2].eq(covered(v_index, 2, v_first)),
+                b_include[1].eq(self._covered(v_index, 1, v_first)),
+                b_include[2].eq(self._covered(v_index, 2, v_first)),
             ]
         with m.Elif(b_done):
             m.d.sync += b_valid.eq(0)
 
         # End of a row (the last column of the last segment): advance the row-level state,
         # wrapping at the end of the group.
-        if self.max_blocks == 1:
-            row_end = take & (column == self.out_w - 1)
-        else:
-            segment_column = Signal(range(self.max_out_width))
-            segment = Signal(range(self.max_blocks))
-            segment_end = segment_column == self.out_w - 1
-            last_segment = segment == self.blocks - 1
-            row_end = take & segment_end & last_segment
-            with m.If(take):
-                m.d.sync += segment_column.eq(Mux(segment_end, 0, segment_column + 1))
-                with m.If(segment_end):
-                    m.d.sync += segment.eq(Mux(last_segment, 0, segment + 1))
+        row_end = self._row_end(m, take, column)
         next_v_position = v_position + row_takes_input
         next_v_count = v_count + row_emits
         with m.If(take):
@@ -317,23 +329,24 @@ class MaxPool(wiring.Component):
             write_2.addr.eq(b_column), write_2.data.eq(read_1.data),
             write_1.en.eq(b_done & b_store), write_2.en.eq(b_done & b_store),
         ]
-        v_maximum = key_max([
+        v_maximum = self._key_max(m, [
             (b_arriving, b_include[0]),
             (read_1.data, b_include[1]),
             (read_2.data, b_include[2]),
         ], "v_maximum")
+        return b_valid, b_emit, v_maximum
 
-        with m.If(self.enable):
-            m.d.comb += [
-                self.i_stream.ready.eq(i_ready),
-                self.o_stream.valid.eq(b_valid & b_emit),
-            ]
-            for lane in range(lanes):
-                m.d.comb += self.o_stream.payload[lane].eq(v_maximum[lane] ^ sign_flip)
-        with m.Else():
-            m.d.comb += [
-                self.o_stream.payload.eq(self.i_stream.payload),
-                self.o_stream.valid.eq(self.i_stream.valid),
-                self.i_stream.ready.eq(self.o_stream.ready),
-            ]
-        return m
+    def _row_end(self, m, take, column):
+        """Stage B takes the last column of the last segment of a row this cycle."""
+        if self.max_blocks == 1:
+            return take & (column == self.out_w - 1)
+        segment_column = Signal(range(self.max_out_width))
+        segment = Signal(range(self.max_blocks))
+        segment_end = segment_column == self.out_w - 1
+        last_segment = segment == self.blocks - 1
+        row_end = take & segment_end & last_segment
+        with m.If(take):
+            m.d.sync += segment_column.eq(Mux(segment_end, 0, segment_column + 1))
+            with m.If(segment_end):
+                m.d.sync += segment.eq(Mux(last_segment, 0, segment + 1))
+        return row_end

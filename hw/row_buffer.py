@@ -194,6 +194,49 @@ def window_schedule(params: dict, config: HwConfig, first_word: int,
     return times
 
 
+#: Signed row/column coordinates (input size is 12 bits).
+_COORD = signed(16)
+
+
+def _times_small(value, small):
+    """``value · small`` as shift-and-add over the bits of the small operand (a multiplier
+    would take a DSP block for a few adders' worth of logic)."""
+    return sum(Mux(small[k], value << k, 0) for k in range(len(small)))
+
+
+class _ReaderPosition:
+    """The reader's position: output row, pass and column, and input row y0's place in the ring."""
+
+    def __init__(self, max_words: int, params):
+        # Row y0 sits in bank b0; offsets are the word offsets of its place and of the next two
+        # (a window spans at most three places of a bank: b < b0, and part 2).
+        self.oy = Signal(range(1 << len(params.out_h)))
+        self.rep = Signal(len(params.repeats))
+        self.cb = Signal(len(params.blocks))
+        self.ox = Signal(range(1 << len(params.out_w)))
+        self.y0 = Signal(_COORD)
+        self.b0 = Signal(range(ROW_BUFFER_ROWS))
+        self.offsets = [Signal(range(max_words), name=f"place_offset_{k}") for k in range(3)]
+        self.place2 = Signal(range(max_words + 1))       # index of the place at offsets[2]
+        self.cb_offset = Signal(range(max_words + 1))    # cb · in_w
+        self.window_x = Signal(_COORD)                    # leftmost column of the window
+        self.column = Signal(_COORD)                      # column being fetched
+        self.fetched = Signal(range(MAX_KERNEL))          # columns of this window fetched
+        self.part = Signal(range(_MAX_PARTS))
+        self.first_window = Signal()                      # first window of a pass
+
+
+class _WindowRegister:
+    """A window-register grid: words, their padding flags, and the bank of kernel row 0."""
+
+    def __init__(self, name: str, lanes: int):
+        self.words = [[Signal(unsigned(8 * lanes), name=f"{name}_{r}_{c}", reset_less=True)
+                       for c in range(MAX_KERNEL)] for r in range(_WINDOW_ROWS)]
+        self.pads = [[Signal(name=f"{name}_pad_{r}_{c}", reset_less=True)
+                      for c in range(MAX_KERNEL)] for r in range(_WINDOW_ROWS)]
+        self.b0 = Signal(range(ROW_BUFFER_ROWS), name=f"{name}_b0")
+
+
 class RowBuffer(wiring.Component):
     """Circular row buffer producing sliding windows as a stream of steps.
 
@@ -237,50 +280,102 @@ class RowBuffer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         prm = self.params
-        banks, lanes, taps = ROW_BUFFER_ROWS, self.lanes, self.taps
-        word_shape = unsigned(8 * lanes)
-        coord = signed(16)          # signed row/column coordinates (input size is 12 bits)
+        capacity, parts, slide = self._derived_params(m)
+        read_ports, write_ports = self._banks(m)
 
-        # -- derived parameters -----------------------------------------------------------------
-        def times_small(value, small):
-            """``value · small`` as shift-and-add over the bits of the small operand (a
-            multiplier would take a DSP block for a few adders' worth of logic)."""
-            return sum(Mux(small[k], value << k, 0) for k in range(len(small)))
+        # -- control: start / busy ----------------------------------------------------------------
+        reading = Signal()          # the reader still has column reads to issue
+        start = self.start & ~self.busy
 
+        rows_written, free_from, writing = self._writer(m, write_ports, start, reading, capacity)
+
+        # -- reader, stage 0: column addresses ----------------------------------------------------
+        reader = _ReaderPosition(self.max_words, prm)
+        y_end = Signal(_COORD)
+        m.d.comb += y_end.eq(Mux(reader.y0 + prm.kh < prm.in_h, reader.y0 + prm.kh, prm.in_h))
+        rows_ready = rows_written >= y_end
+        columns = Mux(reader.first_window, prm.kw, slide)
+        last_part = reader.part + 1 >= parts
+        last_column = last_part & (reader.fetched + 1 == columns)
+
+        r1_valid = Signal()
+        r1_load = Signal()            # stage 1 takes a new read this cycle
+        issue = Signal()
+        m.d.comb += issue.eq(reading & rows_ready & r1_load)
+        pads = self._column_reads(m, read_ports, reader, r1_load)
+        self._reader_sequence(m, reader, start, issue, reading, last_part, last_column, slide)
+        m.d.comb += free_from.eq(Mux(reader.y0 < 0, 0, reader.y0))
+
+        r1_part, r1_last, r1_b0, r1_pads, r1_consume = self._read_stage(
+            m, start, issue, r1_valid, r1_load, reader, last_column, pads)
+
+        # -- window register: columns shift in from the right --------------------------------------
+        fill, hold = _WindowRegister("fill", self.lanes), _WindowRegister("hold", self.lanes)
+        fill_valid = Signal()         # fill holds a complete window not yet moved to hold
+        hold_valid = Signal()
+        hold_free = Signal()
+        transfer = Signal()
+        m.d.comb += [
+            transfer.eq(fill_valid & hold_free),
+            r1_consume.eq(r1_valid & (~fill_valid | transfer)),
+        ]
+        self._shift_in(m, fill, read_ports, r1_part, r1_b0, r1_pads, r1_consume)
+        with m.If(start):
+            m.d.sync += fill_valid.eq(0)
+        with m.Elif(r1_consume & r1_last):
+            m.d.sync += [fill_valid.eq(1), fill.b0.eq(r1_b0)]
+        with m.Elif(transfer):
+            m.d.sync += fill_valid.eq(0)
+
+        emit, step, last_step = self._hold(m, start, fill, hold, hold_valid, hold_free, transfer)
+        self._taps(m, start, transfer, emit, step, last_step, hold, hold_valid)
+
+        # -- busy ---------------------------------------------------------------------------------
+        with m.If(start):
+            m.d.sync += self.busy.eq(1)
+        with m.Elif(self.busy & ~writing & ~reading & ~r1_valid & ~fill_valid & ~hold_valid
+                    & ~self.o_stream.valid):
+            m.d.sync += self.busy.eq(0)
+        return m
+
+    def _derived_params(self, m):
+        """Steps per window and the column and capacity figures derived from ``params``."""
+        prm, banks, taps = self.params, ROW_BUFFER_ROWS, self.taps
         kernel_taps = Signal(range(MAX_KERNEL * MAX_KERNEL + 1))
-        m.d.comb += kernel_taps.eq(times_small(prm.kw, prm.kh))
+        m.d.comb += kernel_taps.eq(_times_small(prm.kw, prm.kh))
         shift = (taps - 1).bit_length()          # taps is a power of two
         m.d.comb += self.steps.eq(Mux(prm.depthwise, (kernel_taps + taps - 1) >> shift,
                                       kernel_taps))
         parts = Mux(prm.kh > banks, 2, 1) if _MAX_PARTS > 1 else Const(1)
         slide = Mux(prm.sw < prm.kw, prm.sw, prm.kw)          # columns that slide in
         capacity = Signal(range(banks * self.max_words + 1))
-        m.d.comb += capacity.eq(times_small(prm.places, Const(banks)))
+        m.d.comb += capacity.eq(_times_small(prm.places, Const(banks)))
+        return capacity, parts, slide
 
-        def next_place(place, offset):
-            """The place after ``place`` (index, word offset), wrapping at ``places``."""
-            last = place + 1 >= prm.places
-            return Mux(last, 0, place + 1), Mux(last, 0, offset + prm.row_words)
+    def _next_place(self, place, offset):
+        """The place after ``place`` (index, word offset), wrapping at ``places``."""
+        last = place + 1 >= self.params.places
+        return Mux(last, 0, place + 1), Mux(last, 0, offset + self.params.row_words)
 
-        # -- memories: one bank per row slot ----------------------------------------------------
+    def _banks(self, m):
+        """The memories: one bank per row slot, with a read and a write port each."""
         read_ports, write_ports = [], []
-        for b in range(banks):
-            memory = Memory(shape=word_shape, depth=self.max_words, init=[])
+        for b in range(ROW_BUFFER_ROWS):
+            memory = Memory(shape=unsigned(8 * self.lanes), depth=self.max_words, init=[])
             m.submodules[f"bank_{b}"] = memory
             read_ports.append(memory.read_port())
             write_ports.append(memory.write_port())
+        return read_ports, write_ports
 
-        # -- control: start / busy ----------------------------------------------------------------
-        reading = Signal()          # the reader still has column reads to issue
-        start = self.start & ~self.busy
-
-        # -- writer ---------------------------------------------------------------------------
+    def _writer(self, m, write_ports, start, reading, capacity):
+        """The writer: stores input words row by row into the ring while there is room."""
+        prm, banks = self.params, ROW_BUFFER_ROWS
         rows_written = Signal(range(1 << len(prm.in_h)))
         word = Signal(range(self.max_words))
         w_bank = Signal(range(banks))
         w_place = Signal(range(self.max_words + 1))
         w_offset = Signal(range(self.max_words))
-        free_from = Signal(coord)     # rows below the reader's current first row are free
+        free_from = Signal(_COORD)    # rows below the reader's current first row are free
         writing = Signal()
         m.d.comb += writing.eq(self.busy & (rows_written < prm.in_h))
         room = (rows_written < free_from + capacity) | ~reading
@@ -298,43 +393,18 @@ class RowBuffer(wiring.Component):
             with m.If(word + 1 == prm.row_words):
                 m.d.sync += [word.eq(0), rows_written.eq(rows_written + 1)]
                 with m.If(w_bank == banks - 1):
-                    place, offset = next_place(w_place, w_offset)
+                    place, offset = self._next_place(w_place, w_offset)
                     m.d.sync += [w_bank.eq(0), w_place.eq(place), w_offset.eq(offset)]
                 with m.Else():
                     m.d.sync += w_bank.eq(w_bank + 1)
             with m.Else():
                 m.d.sync += word.eq(word + 1)
+        return rows_written, free_from, writing
 
-        # -- reader, stage 0: column addresses ----------------------------------------------------
-        # Position of input row y0 in the ring: bank b0 and the word offsets of its place and of
-        # the next two (a window spans at most three places of a bank: b < b0, and part 2).
-        oy = Signal(range(1 << len(prm.out_h)))
-        rep = Signal(len(prm.repeats))
-        cb = Signal(len(prm.blocks))
-        ox = Signal(range(1 << len(prm.out_w)))
-        y0 = Signal(coord)
-        b0 = Signal(range(banks))
-        offsets = [Signal(range(self.max_words), name=f"place_offset_{k}") for k in range(3)]
-        place2 = Signal(range(self.max_words + 1))       # index of the place at offsets[2]
-        cb_offset = Signal(range(self.max_words + 1))    # cb · in_w
-        window_x = Signal(coord)                          # leftmost column of the window
-        column = Signal(coord)                            # column being fetched
-        fetched = Signal(range(MAX_KERNEL))               # columns of this window fetched
-        part = Signal(range(_MAX_PARTS))
-        first_window = Signal()                           # first window of a pass
-
-        y_end = Signal(coord)
-        m.d.comb += y_end.eq(Mux(y0 + prm.kh < prm.in_h, y0 + prm.kh, prm.in_h))
-        rows_ready = rows_written >= y_end
-        columns = Mux(first_window, prm.kw, slide)
-        last_part = part + 1 >= parts
-        last_column = last_part & (fetched + 1 == columns)
-
-        r1_valid = Signal()
-        r1_load = Signal()            # stage 1 takes a new read this cycle
-        issue = Signal()
-        m.d.comb += issue.eq(reading & rows_ready & r1_load)
-
+    def _column_reads(self, m, read_ports, reader, r1_load):
+        """Bank read addresses of the column part being fetched, and its padding flags."""
+        prm, banks = self.params, ROW_BUFFER_ROWS
+        b0, part, column, y0 = reader.b0, reader.part, reader.column, reader.y0
         # Which kernel row each bank serves in this part, and whether it is padding.
         pads = Signal(_WINDOW_ROWS)   # per window-register row (bank order, then extra rows)
         column_inside = (column >= 0) & (column < prm.in_w)
@@ -345,7 +415,7 @@ class RowBuffer(wiring.Component):
             row = y0 + ky
             inside = (ky < prm.kh) & (row >= 0) & (row < prm.in_h) & column_inside
             m.d.comb += [
-                port.addr.eq(Array(offsets)[place] + cb_offset + column),
+                port.addr.eq(Array(reader.offsets)[place] + reader.cb_offset + column),
                 port.en.eq(r1_load),
             ]
             m.d.comb += pads[b].eq(~inside | (part != 0))    # part 2 writes extra rows only
@@ -354,123 +424,114 @@ class RowBuffer(wiring.Component):
             row = y0 + ky
             inside = (ky < prm.kh) & (row >= 0) & (row < prm.in_h) & column_inside
             m.d.comb += pads[banks + extra].eq(~inside)
+        return pads
 
-        def advance_rows():
-            """Move the ring position from row y0 to row y0 + sh (sh ≤ 2 < banks)."""
-            bank = b0 + prm.sh
-            m.d.sync += y0.eq(y0 + prm.sh)
-            with m.If(bank >= banks):
-                place, offset = next_place(place2, offsets[2])
-                m.d.sync += [b0.eq(bank - banks), offsets[0].eq(offsets[1]),
-                             offsets[1].eq(offsets[2]), offsets[2].eq(offset), place2.eq(place)]
-            with m.Else():
-                m.d.sync += b0.eq(bank)
+    def _advance_rows(self, m, reader):
+        """Move the ring position from row y0 to row y0 + sh (sh ≤ 2 < banks)."""
+        prm, banks, offsets = self.params, ROW_BUFFER_ROWS, reader.offsets
+        bank = reader.b0 + prm.sh
+        m.d.sync += reader.y0.eq(reader.y0 + prm.sh)
+        with m.If(bank >= banks):
+            place, offset = self._next_place(reader.place2, offsets[2])
+            m.d.sync += [reader.b0.eq(bank - banks), offsets[0].eq(offsets[1]),
+                         offsets[1].eq(offsets[2]), offsets[2].eq(offset),
+                         reader.place2.eq(place)]
+        with m.Else():
+            m.d.sync += reader.b0.eq(bank)
 
+    def _reader_start(self, m, reader):
+        """Reader position at ``start``: the first window of row −pad_top."""
+        prm, banks, offsets = self.params, ROW_BUFFER_ROWS, reader.offsets
+        # Row −pad_top sits at bank (6 − pad_top) mod 6 of the place before row 0's.
+        first_place, first_offset = Const(0), Const(0)
+        second_place, second_offset = self._next_place(first_place, first_offset)
+        third_place, third_offset = self._next_place(second_place, second_offset)
+        with m.If(prm.pad_top == 0):
+            m.d.sync += [reader.b0.eq(0), offsets[0].eq(0), offsets[1].eq(second_offset),
+                         offsets[2].eq(third_offset), reader.place2.eq(third_place)]
+        with m.Else():
+            m.d.sync += [reader.b0.eq(Mux(prm.pad_top >= banks, prm.pad_top - banks,
+                                          banks - prm.pad_top)),
+                         offsets[0].eq(0), offsets[1].eq(0),
+                         offsets[2].eq(second_offset), reader.place2.eq(second_place)]
+
+    def _reader_sequence(self, m, reader, start, issue, reading, last_part, last_column, slide):
+        """The reader's walk over column parts, windows, passes and output rows."""
+        prm, r = self.params, reader
         with m.If(start):
-            # Row −pad_top sits at bank (6 − pad_top) mod 6 of the place before row 0's.
-            first_place, first_offset = Const(0), Const(0)
-            second_place, second_offset = next_place(first_place, first_offset)
-            third_place, third_offset = next_place(second_place, second_offset)
-            with m.If(prm.pad_top == 0):
-                m.d.sync += [b0.eq(0), offsets[0].eq(0), offsets[1].eq(second_offset),
-                             offsets[2].eq(third_offset), place2.eq(third_place)]
-            with m.Else():
-                m.d.sync += [b0.eq(Mux(prm.pad_top >= banks, prm.pad_top - banks,
-                                       banks - prm.pad_top)),
-                             offsets[0].eq(0), offsets[1].eq(0),
-                             offsets[2].eq(second_offset), place2.eq(second_place)]
+            self._reader_start(m, reader)
             m.d.sync += [
-                reading.eq(1), oy.eq(0), rep.eq(0), cb.eq(0), ox.eq(0), cb_offset.eq(0),
-                y0.eq(-prm.pad_top), window_x.eq(-prm.pad_left), column.eq(-prm.pad_left),
-                fetched.eq(0), part.eq(0), first_window.eq(1),
+                reading.eq(1), r.oy.eq(0), r.rep.eq(0), r.cb.eq(0), r.ox.eq(0), r.cb_offset.eq(0),
+                r.y0.eq(-prm.pad_top), r.window_x.eq(-prm.pad_left),
+                r.column.eq(-prm.pad_left), r.fetched.eq(0), r.part.eq(0),
+                r.first_window.eq(1),
             ]
         with m.Elif(issue):
             with m.If(~last_part):
-                m.d.sync += part.eq(part + 1)
+                m.d.sync += r.part.eq(r.part + 1)
             with m.Elif(~last_column):
-                m.d.sync += [part.eq(0), fetched.eq(fetched + 1), column.eq(column + 1)]
+                m.d.sync += [r.part.eq(0), r.fetched.eq(r.fetched + 1), r.column.eq(r.column + 1)]
             with m.Else():
-                m.d.sync += [part.eq(0), fetched.eq(0)]
-                with m.If(ox + 1 < prm.out_w):
+                m.d.sync += [r.part.eq(0), r.fetched.eq(0)]
+                with m.If(r.ox + 1 < prm.out_w):
                     # Next window: only the columns that slide in.
-                    m.d.sync += [ox.eq(ox + 1), window_x.eq(window_x + prm.sw),
-                                 column.eq(window_x + prm.sw + prm.kw - slide),
-                                 first_window.eq(0)]
+                    m.d.sync += [r.ox.eq(r.ox + 1), r.window_x.eq(r.window_x + prm.sw),
+                                 r.column.eq(r.window_x + prm.sw + prm.kw - slide),
+                                 r.first_window.eq(0)]
                 with m.Else():
-                    m.d.sync += [ox.eq(0), window_x.eq(-prm.pad_left),
-                                 column.eq(-prm.pad_left), first_window.eq(1)]
-                    with m.If(cb + 1 < prm.blocks):
-                        m.d.sync += [cb.eq(cb + 1), cb_offset.eq(cb_offset + prm.in_w)]
+                    m.d.sync += [r.ox.eq(0), r.window_x.eq(-prm.pad_left),
+                                 r.column.eq(-prm.pad_left), r.first_window.eq(1)]
+                    with m.If(r.cb + 1 < prm.blocks):
+                        m.d.sync += [r.cb.eq(r.cb + 1), r.cb_offset.eq(r.cb_offset + prm.in_w)]
                     with m.Else():
-                        m.d.sync += [cb.eq(0), cb_offset.eq(0)]
-                        with m.If(rep + 1 < prm.repeats):
-                            m.d.sync += rep.eq(rep + 1)
+                        m.d.sync += [r.cb.eq(0), r.cb_offset.eq(0)]
+                        with m.If(r.rep + 1 < prm.repeats):
+                            m.d.sync += r.rep.eq(r.rep + 1)
                         with m.Else():
-                            m.d.sync += rep.eq(0)
-                            with m.If(oy + 1 < prm.out_h):
-                                m.d.sync += oy.eq(oy + 1)
-                                advance_rows()
+                            m.d.sync += r.rep.eq(0)
+                            with m.If(r.oy + 1 < prm.out_h):
+                                m.d.sync += r.oy.eq(r.oy + 1)
+                                self._advance_rows(m, reader)
                             with m.Else():
                                 m.d.sync += reading.eq(0)
-        m.d.comb += free_from.eq(Mux(y0 < 0, 0, y0))
 
-        # -- reader, stage 1: bank data (held by the ports' enables while blocked) ------------------
+    def _read_stage(self, m, start, issue, r1_valid, r1_load, reader, last_column, pads):
+        """Reader stage 1: bank data (held by the ports' enables while blocked)."""
         r1_part = Signal(range(_MAX_PARTS))
         r1_last = Signal()            # last column part of a window
-        r1_b0 = Signal(range(banks))
+        r1_b0 = Signal(range(ROW_BUFFER_ROWS))
         r1_pads = Signal(_WINDOW_ROWS)
         r1_consume = Signal()
         m.d.comb += r1_load.eq(~r1_valid | r1_consume)
         with m.If(start):
             m.d.sync += r1_valid.eq(0)
         with m.Elif(r1_load):
-            m.d.sync += [r1_valid.eq(issue), r1_part.eq(part), r1_last.eq(last_column),
-                         r1_b0.eq(b0), r1_pads.eq(pads)]
+            m.d.sync += [r1_valid.eq(issue), r1_part.eq(reader.part), r1_last.eq(last_column),
+                         r1_b0.eq(reader.b0), r1_pads.eq(pads)]
+        return r1_part, r1_last, r1_b0, r1_pads, r1_consume
 
-        # -- window register: columns shift in from the right ---------------------------------------
-        cols = MAX_KERNEL
-
-        def window_register(name):
-            return ([[Signal(word_shape, name=f"{name}_{r}_{c}", reset_less=True)
-                      for c in range(cols)] for r in range(_WINDOW_ROWS)],
-                    [[Signal(name=f"{name}_pad_{r}_{c}", reset_less=True)
-                      for c in range(cols)] for r in range(_WINDOW_ROWS)],
-                    Signal(range(banks), name=f"{name}_b0"))
-
-        fill, fill_pad, fill_b0 = window_register("fill")
-        hold, hold_pad, hold_b0 = window_register("hold")
-        fill_valid = Signal()         # fill holds a complete window not yet moved to hold
-        hold_valid = Signal()
-        hold_free = Signal()
-        transfer = Signal()
-        m.d.comb += [
-            transfer.eq(fill_valid & hold_free),
-            r1_consume.eq(r1_valid & (~fill_valid | transfer)),
-        ]
+    def _shift_in(self, m, fill, read_ports, r1_part, r1_b0, r1_pads, r1_consume):
+        """Shifts a fetched column part into the rightmost column of the window register."""
+        banks, cols = ROW_BUFFER_ROWS, MAX_KERNEL
         bank_data = [port.data for port in read_ports]
         with m.If(r1_consume):
             with m.If(r1_part == 0):
                 for r in range(_WINDOW_ROWS):
                     for c in range(cols - 1):
-                        m.d.sync += [fill[r][c].eq(fill[r][c + 1]),
-                                     fill_pad[r][c].eq(fill_pad[r][c + 1])]
-                    m.d.sync += [fill[r][cols - 1].eq(bank_data[r] if r < banks else 0),
-                                 fill_pad[r][cols - 1].eq(r1_pads[r])]
+                        m.d.sync += [fill.words[r][c].eq(fill.words[r][c + 1]),
+                                     fill.pads[r][c].eq(fill.pads[r][c + 1])]
+                    m.d.sync += [fill.words[r][cols - 1].eq(bank_data[r] if r < banks else 0),
+                                 fill.pads[r][cols - 1].eq(r1_pads[r])]
             with m.Else():
                 # Part 2 of a tall column: rows 6… come from the banks after b0, next place.
                 for extra in range(_WINDOW_ROWS - banks):
                     source = Array(bank_data)[Mux(r1_b0 + extra >= banks,
                                                   r1_b0 + extra - banks, r1_b0 + extra)]
-                    m.d.sync += [fill[banks + extra][cols - 1].eq(source),
-                                 fill_pad[banks + extra][cols - 1].eq(r1_pads[banks + extra])]
-        with m.If(start):
-            m.d.sync += fill_valid.eq(0)
-        with m.Elif(r1_consume & r1_last):
-            m.d.sync += [fill_valid.eq(1), fill_b0.eq(r1_b0)]
-        with m.Elif(transfer):
-            m.d.sync += fill_valid.eq(0)
+                    m.d.sync += [fill.words[banks + extra][cols - 1].eq(source),
+                                 fill.pads[banks + extra][cols - 1].eq(r1_pads[banks + extra])]
 
-        # -- hold register and step emission ----------------------------------------------------
+    def _hold(self, m, start, fill, hold, hold_valid, hold_free, transfer):
+        """The hold register: takes a complete window and counts its steps out."""
         out = self.o_stream
         advance = ~out.valid | out.ready
         step = Signal(range(MAX_KERNEL * MAX_KERNEL))
@@ -479,9 +540,10 @@ class RowBuffer(wiring.Component):
         m.d.comb += hold_free.eq(~hold_valid | (emit & last_step))
         with m.If(transfer):
             for r in range(_WINDOW_ROWS):
-                for c in range(cols):
-                    m.d.sync += [hold[r][c].eq(fill[r][c]), hold_pad[r][c].eq(fill_pad[r][c])]
-            m.d.sync += hold_b0.eq(fill_b0)
+                for c in range(MAX_KERNEL):
+                    m.d.sync += [hold.words[r][c].eq(fill.words[r][c]),
+                                 hold.pads[r][c].eq(fill.pads[r][c])]
+            m.d.sync += hold.b0.eq(fill.b0)
         with m.If(start):
             m.d.sync += [hold_valid.eq(0), step.eq(0)]
         with m.Elif(transfer):
@@ -491,7 +553,15 @@ class RowBuffer(wiring.Component):
                 m.d.sync += hold_valid.eq(0)
             with m.Else():
                 m.d.sync += step.eq(step + 1)
+        return emit, step, last_step
 
+    def _taps(self, m, start, transfer, emit, step, last_step, hold, hold_valid):
+        """Step emission: each slot's tap (ky, kx), read from the hold register or padding."""
+        prm, banks, lanes, taps = self.params, ROW_BUFFER_ROWS, self.lanes, self.taps
+        cols = MAX_KERNEL
+        word_shape = unsigned(8 * lanes)
+        out = self.o_stream
+        advance = ~out.valid | out.ready
         # Tap k = step·G + s of slot s, tracked as (ky, kx) without dividing: each step adds
         # divmod(G, kw). G is 1 for a normal convolution (slot 0 only).
         step_rows, step_cols = Signal(range(taps + 1)), Signal(range(MAX_KERNEL))
@@ -510,7 +580,7 @@ class RowBuffer(wiring.Component):
             return Cat(*(cells[r][c] if r < _WINDOW_ROWS and c < cols else Const(0, width)
                          for r in range(1 << row_bits) for c in range(1 << col_bits)))
 
-        hold_words, hold_pads = grid(hold, word_shape.width), grid(hold_pad, 1)
+        hold_words, hold_pads = grid(hold.words, word_shape.width), grid(hold.pads, 1)
         for s in range(taps):
             ky = Signal(range(max_ky), name=f"slot_{s}_ky")
             kx = Signal(range(MAX_KERNEL), name=f"slot_{s}_kx")
@@ -526,7 +596,7 @@ class RowBuffer(wiring.Component):
                     ky.eq(ky + step_rows + wrap),
                 ]
             # Window-register row of kernel row ky: its bank, rotated by b0; or an extra row.
-            rotated = hold_b0 + ky
+            rotated = hold.b0 + ky
             row = Mux(ky < banks, Mux(rotated >= banks, rotated - banks, rotated), ky)
             col = cols - prm.kw + kx
             index = Cat(col[:col_bits], row[:row_bits])
@@ -541,11 +611,3 @@ class RowBuffer(wiring.Component):
             m.d.sync += out.valid.eq(0)
         with m.Elif(advance):
             m.d.sync += out.valid.eq(hold_valid)
-
-        # -- busy ---------------------------------------------------------------------------------
-        with m.If(start):
-            m.d.sync += self.busy.eq(1)
-        with m.Elif(self.busy & ~writing & ~reading & ~r1_valid & ~fill_valid & ~hold_valid
-                    & ~out.valid):
-            m.d.sync += self.busy.eq(0)
-        return m

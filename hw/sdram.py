@@ -87,6 +87,100 @@ class _Countdown:
         self.m.d.sync += self.count.eq(Mux(self._next > n - 1, self._next, n - 1))
 
 
+class _CommandRegisters:
+    """The pin registers: every cycle one command, NOP unless something issues."""
+
+    def __init__(self, m: Module, geometry: SdramGeometry, pins):
+        command = Signal(Command)
+        cmd_ba = Signal(geometry.bank_bits)
+        cmd_a = Signal(geometry.addr_bits)
+        dq_o = Signal(geometry.data_bits)
+        dqm = Signal(len(pins.dqm))
+        dq_oe = Signal()
+        m.d.sync += [
+            pins.clk_en.eq(1), pins.cs.eq(1),
+            Cat(pins.we, pins.cas, pins.ras).eq(command),
+            pins.ba.eq(cmd_ba), pins.a.eq(cmd_a),
+            pins.dq_o.eq(dq_o), pins.dqm.eq(dqm), pins.dq_oe.eq(dq_oe),
+        ]
+        self.command, self.cmd_ba, self.cmd_a = command, cmd_ba, cmd_a
+        self.dq_o, self.dqm, self.dq_oe = dq_o, dqm, dq_oe
+
+
+class _BankTimers:
+    """The timing counters (per bank and global) and each bank's open row."""
+
+    def __init__(self, m: Module, c: SdramCycles, geometry: SdramGeometry):
+        banks = 1 << geometry.bank_bits
+        longest = max(c.rc, c.rfc, c.rcd, c.rp, c.rrd, c.mrd, c.ras, c.write_to_precharge,
+                      c.read_to_write, c.burst_length)
+        self.act_wait = [_Countdown(m, longest, f"act_wait{b}") for b in range(banks)]
+        self.rw_wait = [_Countdown(m, longest, f"rw_wait{b}") for b in range(banks)]
+        self.pre_wait = [_Countdown(m, longest, f"pre_wait{b}") for b in range(banks)]
+        self.rrd_wait = _Countdown(m, longest, "rrd_wait")        # any ACTIVATE
+        self.burst_wait = _Countdown(m, longest, "burst_wait")    # READ/WRITE spacing
+        self.write_wait = _Countdown(m, longest, "write_wait")    # READ → WRITE turnaround
+        self.is_open = Signal(banks)
+        self.open_row = Array(Signal(geometry.row_bits, name=f"open_row{b}")
+                              for b in range(banks))
+
+
+class _RefreshTimer:
+    """Refresh requests every ``period`` cycles."""
+
+    def __init__(self, m: Module, period: int):
+        # Counted from the last AUTO REFRESH, the power-up sequence's included.
+        self.period = period
+        refresh_timer = Signal(range(period + 1))
+        refresh_pending = Signal()
+        m.d.sync += refresh_timer.eq(refresh_timer - 1)
+        with m.If(refresh_timer == 0):
+            m.d.sync += [refresh_timer.eq(period - 1), refresh_pending.eq(1)]
+        self.timer, self.pending = refresh_timer, refresh_pending
+
+    def restart(self, m: Module):
+        """An AUTO REFRESH goes out: the request is served and the count starts over."""
+        m.d.sync += [self.timer.eq(self.period - 1), self.pending.eq(0)]
+
+
+class _Burst:
+    """The burst (or host access) being served and its current beat's SDRAM address."""
+
+    def __init__(self, controller: SdramController):
+        g = controller.geometry
+        offset_bits = controller.bus_bytes.bit_length() - 1
+        bus_word_bits = controller.addr_width - offset_bits
+        active = Signal()           # a burst (or host access) has beats left
+        is_write = Signal()
+        is_host = Signal()
+        beat_word = Signal(bus_word_bits)
+        beats_left = Signal(9)
+        burst_bad = Signal()        # unsupported burst: SLVERR
+        write_resp = Signal(Resp)   # worst W beat response so far
+        b_pending = Signal()
+        host_busy = Signal()        # host access accepted, not yet done
+        read_next = Signal()        # round robin between AR and AW
+        self.active, self.is_write, self.is_host = active, is_write, is_host
+        self.beat_word, self.beats_left, self.burst_bad = beat_word, beats_left, burst_bad
+        self.write_resp, self.b_pending = write_resp, b_pending
+        self.host_busy, self.read_next = host_busy, read_next
+
+        col_bits = g.col_bits - 1   # a beat covers two columns
+        self.column = Cat(Const(0, 1), beat_word[:col_bits])
+        self.bank = beat_word[col_bits:col_bits + g.bank_bits]
+        self.row = beat_word[col_bits + g.bank_bits:col_bits + g.bank_bits + g.row_bits]
+        beyond = beat_word[controller.word_bits:].any()       # the size is a power of two
+        self.resp = Mux(burst_bad, Resp.SLVERR, Mux(beyond, Resp.DECERR, Resp.OKAY))
+        self.last_beat = beats_left == 1
+
+    def beat_done(self, m: Module):
+        """The current beat has been issued (or answered without a command)."""
+        m.d.sync += [self.beat_word.eq(self.beat_word + 1),
+                     self.beats_left.eq(self.beats_left - 1)]
+        with m.If(self.last_beat):
+            m.d.sync += self.active.eq(0)
+
+
 class SdramController(wiring.Component):
     """AXI4 slave and host port in front of an x16 SDR SDRAM (see the module docstring).
 
@@ -146,78 +240,71 @@ class SdramController(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        c, g = self.cycles, self.geometry
-        bus, host, pins = self.bus, self.host, self.sdram
-        banks = 1 << g.bank_bits
-        offset_bits = self.bus_bytes.bit_length() - 1
-        bus_word_bits = self.addr_width - offset_bits
+        c = self.cycles
+        cmd = _CommandRegisters(m, self.geometry, self.sdram)
+        timers = _BankTimers(m, c, self.geometry)
+        refresh = _RefreshTimer(m, self.refresh_period)
+        burst = _Burst(self)
+        issue_tag, read_room, host_write_done = self._read_return(m, burst)
+        second, w_data, w_strb, w_available = self._write_data(m, cmd, burst)
+        self._write_response(m, burst)
 
-        # -- pin registers: every cycle one command, NOP unless something below issues ----------
-        command = Signal(Command)
-        cmd_ba = Signal(g.bank_bits)
-        cmd_a = Signal(g.addr_bits)
-        dq_o = Signal(g.data_bits)
-        dqm = Signal(len(pins.dqm))
-        dq_oe = Signal()
-        m.d.sync += [
-            pins.clk_en.eq(1), pins.cs.eq(1),
-            Cat(pins.we, pins.cas, pins.ras).eq(command),
-            pins.ba.eq(cmd_ba), pins.a.eq(cmd_a),
-            pins.dq_o.eq(dq_o), pins.dqm.eq(dqm), pins.dq_oe.eq(dq_oe),
-        ]
+        # -- command scheduling ---------------------------------------------------------------
+        # The first command reaches the pins `power_up` edges after reset (one in its register).
+        init_timer = Signal(range(max(c.power_up, c.rp, c.rfc, c.mrd) + 1),
+                            init=c.power_up - 1)
+        init_refreshes = Signal(range(c.init_refreshes + 1))
+        with m.If(init_timer != 0):
+            m.d.sync += init_timer.eq(init_timer - 1)
+        # READ/WRITE leave the next command slot free: a WRITE's second data word goes out then
+        slot_free = Signal()
+        m.d.sync += slot_free.eq(1)
 
-        # -- timing counters ------------------------------------------------------------------
-        longest = max(c.rc, c.rfc, c.rcd, c.rp, c.rrd, c.mrd, c.ras, c.write_to_precharge,
-                      c.read_to_write, c.burst_length)
-        act_wait = [_Countdown(m, longest, f"act_wait{b}") for b in range(banks)]
-        rw_wait = [_Countdown(m, longest, f"rw_wait{b}") for b in range(banks)]
-        pre_wait = [_Countdown(m, longest, f"pre_wait{b}") for b in range(banks)]
-        rrd_wait = _Countdown(m, longest, "rrd_wait")        # any ACTIVATE
-        burst_wait = _Countdown(m, longest, "burst_wait")    # READ/WRITE spacing
-        write_wait = _Countdown(m, longest, "write_wait")    # READ → WRITE turnaround
-        is_open = Signal(banks)
-        open_row = Array(Signal(g.row_bits, name=f"open_row{b}") for b in range(banks))
+        with m.FSM(name="sdram"):
+            self._power_up(m, cmd, timers, refresh, init_timer, init_refreshes)
+            with m.State("RUN"):
+                with m.If(refresh.pending):
+                    with m.If(timers.is_open.any()):
+                        with m.If(slot_free & Cat(t.ready for t in timers.pre_wait).all()):
+                            self._precharge_all(m, cmd, timers)
+                    with m.Elif(Cat(t.ready for t in timers.act_wait).all()):
+                        self._auto_refresh(m, cmd, timers, refresh)
+                with m.Elif(burst.active & burst.is_write & w_available
+                            & (burst.resp != Resp.OKAY)):
+                    # dropped: no SDRAM command
+                    self._take_write_beat(m, burst, host_write_done, burst.resp)
+                with m.Elif(burst.active & ~burst.is_write & (burst.is_host | read_room)
+                            & (burst.resp != Resp.OKAY)):
+                    m.d.comb += [issue_tag.valid.eq(1), issue_tag.host.eq(burst.is_host),
+                                 issue_tag.last.eq(burst.last_beat),
+                                 issue_tag.resp.eq(burst.resp)]
+                    burst.beat_done(m)
+                with m.Elif(burst.active & (burst.is_write & w_available
+                                            | ~burst.is_write & (burst.is_host | read_room))
+                            & slot_free):
+                    self._serve_beat(m, cmd, timers, burst, slot_free, issue_tag, second,
+                                     w_data, w_strb, host_write_done)
+                with m.If(~burst.active & ~burst.b_pending):
+                    self._accept_burst(m, burst)
+        return m
 
-        # -- refresh requests -----------------------------------------------------------------
-        refresh_timer = Signal(range(self.refresh_period + 1))
-        refresh_pending = Signal()
-        # Counted from the last AUTO REFRESH, the power-up sequence's included.
-        m.d.sync += refresh_timer.eq(refresh_timer - 1)
-        with m.If(refresh_timer == 0):
-            m.d.sync += [refresh_timer.eq(self.refresh_period - 1), refresh_pending.eq(1)]
+    def _precharge_all(self, m, cmd, timers):
+        """PRECHARGE ALL: closes every bank."""
+        m.d.comb += [cmd.command.eq(Command.PRECHARGE), cmd.cmd_a.eq(1 << 10)]
+        m.d.sync += timers.is_open.eq(0)
+        for t in timers.act_wait:
+            t.start(self.cycles.rp)
 
-        def precharge_all():
-            m.d.comb += [command.eq(Command.PRECHARGE), cmd_a.eq(1 << 10)]
-            m.d.sync += is_open.eq(0)
-            for t in act_wait:
-                t.start(c.rp)
+    def _auto_refresh(self, m, cmd, timers, refresh):
+        """AUTO REFRESH: serves the pending refresh request."""
+        m.d.comb += cmd.command.eq(Command.REFRESH)
+        for t in timers.act_wait:
+            t.start(self.cycles.rfc)
+        refresh.restart(m)
 
-        def auto_refresh():
-            m.d.comb += command.eq(Command.REFRESH)
-            for t in act_wait:
-                t.start(c.rfc)
-            m.d.sync += [refresh_timer.eq(self.refresh_period - 1), refresh_pending.eq(0)]
-
-        # -- the burst being served -----------------------------------------------------------
-        active = Signal()           # a burst (or host access) has beats left
-        is_write = Signal()
-        is_host = Signal()
-        beat_word = Signal(bus_word_bits)
-        beats_left = Signal(9)
-        burst_bad = Signal()        # unsupported burst: SLVERR
-        write_resp = Signal(Resp)   # worst W beat response so far
-        b_pending = Signal()
-        host_busy = Signal()        # host access accepted, not yet done
-        read_next = Signal()        # round robin between AR and AW
-
-        col_bits = g.col_bits - 1   # a beat covers two columns
-        column = Cat(Const(0, 1), beat_word[:col_bits])
-        bank = beat_word[col_bits:col_bits + g.bank_bits]
-        row = beat_word[col_bits + g.bank_bits:col_bits + g.bank_bits + g.row_bits]
-        beyond = beat_word[self.word_bits:].any()       # the size is a power of two
-        beat_resp = Mux(burst_bad, Resp.SLVERR, Mux(beyond, Resp.DECERR, Resp.OKAY))
-
-        # -- read return path: tags travel with the command to the captured data --------------
+    def _read_return(self, m, burst):
+        """Read return path: tags travel with the command to the captured data."""
+        c, g, bus, host = self.cycles, self.geometry, self.bus, self.host
         capture_stage = c.cas_latency + 2 + self.read_delay  # high half captured in dq_in
         tag = data.StructLayout({"valid": 1, "host": 1, "last": 1, "resp": Resp})
         pipe = [Signal(tag, name=f"read_tag{k}") for k in range(capture_stage + 1)]
@@ -226,7 +313,7 @@ class SdramController(wiring.Component):
         m.d.sync += [pipe[k].eq(pipe[k - 1]) for k in range(1, len(pipe))]
         dq_in = Signal(g.data_bits)
         dq_prev = Signal(g.data_bits)
-        m.d.sync += [dq_in.eq(pins.dq_i), dq_prev.eq(dq_in)]
+        m.d.sync += [dq_in.eq(self.sdram.dq_i), dq_prev.eq(dq_in)]
         out = pipe[capture_stage]
         word = Mux(out.resp == Resp.OKAY, Cat(dq_prev, dq_in), 0)
 
@@ -255,164 +342,153 @@ class SdramController(wiring.Component):
         m.d.comb += [host.rdata.eq(Mux(host_read_done, word, host_rdata)),
                      host.done.eq(host_read_done | host_write_done)]
         with m.If(host.done):
-            m.d.sync += host_busy.eq(0)
+            m.d.sync += burst.host_busy.eq(0)
+        return issue_tag, read_room, host_write_done
 
-        # -- write data: the high half goes out the cycle after the WRITE ---------------------
-        second = Signal(data.StructLayout({"valid": 1, "data": g.data_bits, "dqm": len(dqm)}))
+    def _write_data(self, m, cmd, burst):
+        """Write data: DQ and DQM of the pending beat; its high half follows the WRITE."""
+        g, bus, host = self.geometry, self.bus, self.host
+        is_host = burst.is_host
+        second = Signal(data.StructLayout({"valid": 1, "data": g.data_bits,
+                                           "dqm": len(cmd.dqm)}))
         w_data = Mux(is_host, host.wdata, bus.w.payload.data)
         w_strb = Mux(is_host, Const(-1, self.bus_bytes), bus.w.payload.strb)
         w_available = is_host | bus.w.valid
-        last_beat = beats_left == 1
-        lanes = len(dqm)
+        lanes = len(cmd.dqm)
         # DQ and DQM follow the pending write beat whether or not its WRITE goes out, so only
         # the output enable waits for the scheduling decision (timing). DQ is not driven then;
         # DQM masks read data two cycles after the SDRAM samples it, and the last read burst's
         # data has left by the time a write burst, accepted after it, can set DQM.
         m.d.sync += second.valid.eq(0)
         with m.If(second.valid):
-            m.d.comb += [dq_o.eq(second.data), dqm.eq(second.dqm), dq_oe.eq(1)]
+            m.d.comb += [cmd.dq_o.eq(second.data), cmd.dqm.eq(second.dqm), cmd.dq_oe.eq(1)]
         with m.Else():
-            m.d.comb += dq_o.eq(w_data[:g.data_bits])
-            with m.If(active & is_write):
-                m.d.comb += dqm.eq(~w_strb[:lanes])
+            m.d.comb += cmd.dq_o.eq(w_data[:g.data_bits])
+            with m.If(burst.active & burst.is_write):
+                m.d.comb += cmd.dqm.eq(~w_strb[:lanes])
+        return second, w_data, w_strb, w_available
 
-        def beat_done():
-            """The current beat has been issued (or answered without a command)."""
-            m.d.sync += [beat_word.eq(beat_word + 1), beats_left.eq(beats_left - 1)]
-            with m.If(last_beat):
-                m.d.sync += active.eq(0)
+    def _take_write_beat(self, m, burst, host_write_done, resp):
+        """Takes the current W beat (or host word) with response ``resp``."""
+        bus, is_host = self.bus, burst.is_host
+        write_resp, last_beat = burst.write_resp, burst.last_beat
+        m.d.comb += bus.w.ready.eq(~is_host)
+        this = Value.cast(Mux(~is_host & (bus.w.payload.last != last_beat),
+                              Resp.SLVERR, resp))
+        worst = Mux(this > write_resp.as_value(), this, write_resp)
+        m.d.sync += write_resp.eq(worst)
+        with m.If(last_beat):
+            m.d.sync += [burst.b_pending.eq(~is_host), write_resp.eq(worst)]
+            m.d.comb += host_write_done.eq(is_host)
+        burst.beat_done(m)
 
-        def take_write_beat(resp):
-            m.d.comb += bus.w.ready.eq(~is_host)
-            this = Value.cast(Mux(~is_host & (bus.w.payload.last != last_beat),
-                                  Resp.SLVERR, resp))
-            worst = Mux(this > write_resp.as_value(), this, write_resp)
-            m.d.sync += write_resp.eq(worst)
-            with m.If(last_beat):
-                m.d.sync += [b_pending.eq(~is_host), write_resp.eq(worst)]
-                m.d.comb += host_write_done.eq(is_host)
-            beat_done()
-
-        m.d.comb += [bus.b.valid.eq(b_pending), bus.b.payload.resp.eq(write_resp)]
+    def _write_response(self, m, burst):
+        """The B channel: one response per write burst, its worst beat's."""
+        bus = self.bus
+        m.d.comb += [bus.b.valid.eq(burst.b_pending), bus.b.payload.resp.eq(burst.write_resp)]
         with m.If(bus.b.valid & bus.b.ready):
-            m.d.sync += [b_pending.eq(0), write_resp.eq(Resp.OKAY)]
+            m.d.sync += [burst.b_pending.eq(0), burst.write_resp.eq(Resp.OKAY)]
 
-        # -- command scheduling ---------------------------------------------------------------
-        # The first command reaches the pins `power_up` edges after reset (one in its register).
-        init_timer = Signal(range(max(c.power_up, c.rp, c.rfc, c.mrd) + 1),
-                            init=c.power_up - 1)
-        init_refreshes = Signal(range(c.init_refreshes + 1))
-        with m.If(init_timer != 0):
-            m.d.sync += init_timer.eq(init_timer - 1)
-        # READ/WRITE leave the next command slot free: a WRITE's second data word goes out then
-        slot_free = Signal()
-        m.d.sync += slot_free.eq(1)
+    def _power_up(self, m, cmd, timers, refresh, init_timer, init_refreshes):
+        """The power-up states: wait, PRECHARGE ALL, AUTO REFRESHes, MODE REGISTER SET."""
+        c = self.cycles
+        with m.State("POWER_UP"):
+            with m.If(init_timer == 0):
+                self._precharge_all(m, cmd, timers)
+                m.d.sync += init_timer.eq(c.rp - 1)
+                m.next = "INIT_REFRESH"
+        with m.State("INIT_REFRESH"):
+            with m.If(init_timer == 0):
+                with m.If(init_refreshes == c.init_refreshes):
+                    m.d.comb += [cmd.command.eq(Command.MODE), cmd.cmd_a.eq(c.mode_register)]
+                    m.d.sync += init_timer.eq(c.mrd - 1)
+                    m.next = "INIT_MODE"
+                with m.Else():
+                    self._auto_refresh(m, cmd, timers, refresh)
+                    m.d.sync += [init_timer.eq(c.rfc - 1),
+                                 init_refreshes.eq(init_refreshes + 1)]
+        with m.State("INIT_MODE"):
+            with m.If(init_timer == 0):
+                m.d.sync += self.ready.eq(1)
+                m.next = "RUN"
+
+    def _serve_beat(self, m, cmd, timers, burst, slot_free, issue_tag, second, w_data, w_strb,
+                    host_write_done):
+        """One command for the current beat: READ/WRITE, PRECHARGE or ACTIVATE."""
+        c, g = self.cycles, self.geometry
+        banks, lanes = 1 << g.bank_bits, len(cmd.dqm)
+        bank, row, is_write = burst.bank, burst.row, burst.is_write
 
         def bank_ready(timers):
             return Array(t.ready for t in timers)[bank]
 
-        with m.FSM(name="sdram"):
-            with m.State("POWER_UP"):
-                with m.If(init_timer == 0):
-                    precharge_all()
-                    m.d.sync += init_timer.eq(c.rp - 1)
-                    m.next = "INIT_REFRESH"
-            with m.State("INIT_REFRESH"):
-                with m.If(init_timer == 0):
-                    with m.If(init_refreshes == c.init_refreshes):
-                        m.d.comb += [command.eq(Command.MODE), cmd_a.eq(c.mode_register)]
-                        m.d.sync += init_timer.eq(c.mrd - 1)
-                        m.next = "INIT_MODE"
-                    with m.Else():
-                        auto_refresh()
-                        m.d.sync += [init_timer.eq(c.rfc - 1),
-                                     init_refreshes.eq(init_refreshes + 1)]
-            with m.State("INIT_MODE"):
-                with m.If(init_timer == 0):
-                    m.d.sync += self.ready.eq(1)
-                    m.next = "RUN"
-            with m.State("RUN"):
-                with m.If(refresh_pending):
-                    with m.If(is_open.any()):
-                        with m.If(slot_free & Cat(t.ready for t in pre_wait).all()):
-                            precharge_all()
-                    with m.Elif(Cat(t.ready for t in act_wait).all()):
-                        auto_refresh()
-                with m.Elif(active & is_write & w_available & (beat_resp != Resp.OKAY)):
-                    take_write_beat(beat_resp)     # dropped: no SDRAM command
-                with m.Elif(active & ~is_write & (is_host | read_room)
-                            & (beat_resp != Resp.OKAY)):
-                    m.d.comb += [issue_tag.valid.eq(1), issue_tag.host.eq(is_host),
-                                 issue_tag.last.eq(last_beat), issue_tag.resp.eq(beat_resp)]
-                    beat_done()
-                with m.Elif(active & (is_write & w_available | ~is_write & (is_host | read_room))
-                            & slot_free):
-                    m.d.comb += cmd_ba.eq(bank)
-                    with m.If(is_open.bit_select(bank, 1) & (open_row[bank] == row)):
-                        with m.If(bank_ready(rw_wait) & burst_wait.ready
-                                  & (~is_write | write_wait.ready)):
-                            m.d.comb += cmd_a.eq(column)
-                            m.d.sync += slot_free.eq(0)
-                            burst_wait.start(c.burst_length)
-                            with m.If(is_write):
-                                m.d.comb += [command.eq(Command.WRITE), dq_oe.eq(1)]
-                                m.d.sync += [second.valid.eq(1),
-                                             second.data.eq(w_data[g.data_bits:]),
-                                             second.dqm.eq(~w_strb[lanes:])]
-                                for b in range(banks):
-                                    with m.If(bank == b):
-                                        pre_wait[b].start(c.write_to_precharge)
-                                take_write_beat(Resp.OKAY)
-                            with m.Else():
-                                m.d.comb += [command.eq(Command.READ),
-                                             issue_tag.valid.eq(1), issue_tag.host.eq(is_host),
-                                             issue_tag.last.eq(last_beat),
-                                             issue_tag.resp.eq(Resp.OKAY)]
-                                write_wait.start(c.read_to_write)
-                                for b in range(banks):
-                                    with m.If(bank == b):
-                                        pre_wait[b].start(c.read_to_precharge)
-                                beat_done()
-                    with m.Elif(is_open.bit_select(bank, 1)):
-                        with m.If(bank_ready(pre_wait)):
-                            m.d.comb += command.eq(Command.PRECHARGE)
-                            for b in range(banks):
-                                with m.If(bank == b):
-                                    m.d.sync += is_open[b].eq(0)
-                                    act_wait[b].start(c.rp)
-                    with m.Elif(bank_ready(act_wait) & rrd_wait.ready):
-                        m.d.comb += [command.eq(Command.ACTIVATE), cmd_a.eq(row)]
-                        m.d.sync += open_row[bank].eq(row)
-                        rrd_wait.start(c.rrd)
-                        for b in range(banks):
-                            with m.If(bank == b):
-                                m.d.sync += is_open[b].eq(1)
-                                act_wait[b].start(c.rc)
-                                rw_wait[b].start(c.rcd)
-                                pre_wait[b].start(c.ras)
+        m.d.comb += cmd.cmd_ba.eq(bank)
+        with m.If(timers.is_open.bit_select(bank, 1) & (timers.open_row[bank] == row)):
+            with m.If(bank_ready(timers.rw_wait) & timers.burst_wait.ready
+                      & (~is_write | timers.write_wait.ready)):
+                m.d.comb += cmd.cmd_a.eq(burst.column)
+                m.d.sync += slot_free.eq(0)
+                timers.burst_wait.start(c.burst_length)
+                with m.If(is_write):
+                    m.d.comb += [cmd.command.eq(Command.WRITE), cmd.dq_oe.eq(1)]
+                    m.d.sync += [second.valid.eq(1),
+                                 second.data.eq(w_data[g.data_bits:]),
+                                 second.dqm.eq(~w_strb[lanes:])]
+                    for b in range(banks):
+                        with m.If(bank == b):
+                            timers.pre_wait[b].start(c.write_to_precharge)
+                    self._take_write_beat(m, burst, host_write_done, Resp.OKAY)
+                with m.Else():
+                    m.d.comb += [cmd.command.eq(Command.READ),
+                                 issue_tag.valid.eq(1), issue_tag.host.eq(burst.is_host),
+                                 issue_tag.last.eq(burst.last_beat),
+                                 issue_tag.resp.eq(Resp.OKAY)]
+                    timers.write_wait.start(c.read_to_write)
+                    for b in range(banks):
+                        with m.If(bank == b):
+                            timers.pre_wait[b].start(c.read_to_precharge)
+                    burst.beat_done(m)
+        with m.Elif(timers.is_open.bit_select(bank, 1)):
+            with m.If(bank_ready(timers.pre_wait)):
+                m.d.comb += cmd.command.eq(Command.PRECHARGE)
+                for b in range(banks):
+                    with m.If(bank == b):
+                        m.d.sync += timers.is_open[b].eq(0)
+                        timers.act_wait[b].start(c.rp)
+        with m.Elif(bank_ready(timers.act_wait) & timers.rrd_wait.ready):
+            m.d.comb += [cmd.command.eq(Command.ACTIVATE), cmd.cmd_a.eq(row)]
+            m.d.sync += timers.open_row[bank].eq(row)
+            timers.rrd_wait.start(c.rrd)
+            for b in range(banks):
+                with m.If(bank == b):
+                    m.d.sync += timers.is_open[b].eq(1)
+                    timers.act_wait[b].start(c.rc)
+                    timers.rw_wait[b].start(c.rcd)
+                    timers.pre_wait[b].start(c.ras)
 
-                # -- accept the next burst: host first, then AR and AW in turn ----------------
-                with m.If(~active & ~b_pending):
-                    with m.If(host.re | host.we):
-                        with m.If(~host_busy):
-                            m.d.sync += [active.eq(1), is_host.eq(1), is_write.eq(host.we),
-                                         host_busy.eq(1), beat_word.eq(host.addr),
-                                         write_resp.eq(Resp.OKAY),
-                                         beats_left.eq(1), burst_bad.eq(0)]
-                    with m.Else():
-                        take_read = bus.ar.valid & (read_next | ~bus.aw.valid)
-                        m.d.comb += [bus.ar.ready.eq(take_read),
-                                     bus.aw.ready.eq(~take_read)]
-                        for channel, writes in ((bus.ar, 0), (bus.aw, 1)):
-                            a = channel.payload
-                            with m.If(channel.valid & channel.ready):
-                                m.d.sync += [
-                                    active.eq(1), is_host.eq(0), is_write.eq(writes),
-                                    read_next.eq(writes), write_resp.eq(Resp.OKAY),
-                                    beat_word.eq(a.addr[offset_bits:]),
-                                    beats_left.eq(a.len + 1),
-                                    burst_bad.eq((a.size != offset_bits)
-                                                 | (a.burst != Burst.INCR)
-                                                 | (a.addr[:offset_bits] != 0)),
-                                ]
-        return m
+    def _accept_burst(self, m, burst):
+        """Accepts the next burst: host first, then AR and AW in turn."""
+        bus, host = self.bus, self.host
+        offset_bits = self.bus_bytes.bit_length() - 1
+        with m.If(host.re | host.we):
+            with m.If(~burst.host_busy):
+                m.d.sync += [burst.active.eq(1), burst.is_host.eq(1), burst.is_write.eq(host.we),
+                             burst.host_busy.eq(1), burst.beat_word.eq(host.addr),
+                             burst.write_resp.eq(Resp.OKAY),
+                             burst.beats_left.eq(1), burst.burst_bad.eq(0)]
+        with m.Else():
+            take_read = bus.ar.valid & (burst.read_next | ~bus.aw.valid)
+            m.d.comb += [bus.ar.ready.eq(take_read),
+                         bus.aw.ready.eq(~take_read)]
+            for channel, writes in ((bus.ar, 0), (bus.aw, 1)):
+                a = channel.payload
+                with m.If(channel.valid & channel.ready):
+                    m.d.sync += [
+                        burst.active.eq(1), burst.is_host.eq(0), burst.is_write.eq(writes),
+                        burst.read_next.eq(writes), burst.write_resp.eq(Resp.OKAY),
+                        burst.beat_word.eq(a.addr[offset_bits:]),
+                        burst.beats_left.eq(a.len + 1),
+                        burst.burst_bad.eq((a.size != offset_bits)
+                                           | (a.burst != Burst.INCR)
+                                           | (a.addr[:offset_bits] != 0)),
+                    ]
