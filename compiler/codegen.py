@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from typing import Mapping
+
 import numpy as np
 
 from sfnpu import image, isa, layout, numeric
 from sfnpu.config import HwConfig
-from sfnpu.limits import overflows, with_held_weights
 from sfnpu.isa import Activation, ActOrder, ConvKind, Eltwise, Instruction, Pool, Reuse
+from sfnpu.limits import overflows, with_held_weights
 
 from .groups import Group
 from .ir import Graph, IRError, QType
@@ -26,7 +28,13 @@ __all__ = ["Program", "generate", "CodegenError"]
 
 
 class CodegenError(IRError):
-    """A group the instruction set cannot express; names the group's first node."""
+    """A group the instruction set or the stores cannot take; names the group, and in
+    :attr:`nodes` the IR nodes a partition can leave to the host instead, each with its
+    reason."""
+
+    def __init__(self, message: str, nodes: Mapping[str, str] | None = None):
+        super().__init__(message)
+        self.nodes = dict(nodes or {})
 
 
 @dataclass
@@ -91,8 +99,10 @@ class _Builder:
             self.params += blob + bytes(-len(blob) % layout.PARAM_ALIGN)
         return self.blobs[blob]
 
-    def fail(self, group: Group, reason: str):
-        raise CodegenError(f"group {group.index} ({group.name}): {reason}")
+    def fail(self, group: Group, reason: str, node=None):
+        """Refuse ``group``: because of ``node`` alone, or of the whole group."""
+        message = f"group {group.index} ({group.name}): {reason}"
+        raise CodegenError(message, {n.name: message for n in ([node] if node else group.nodes)})
 
     def instruction(self, group: Group) -> tuple[Instruction, dict[str, int]]:
         """The instruction with DRAM locations still relative (resolved by the caller), and the
@@ -139,7 +149,8 @@ class _Builder:
                 else:
                     if b.shape[1:] != (1, 1):
                         self.fail(group, f"node {node.name!r}: an element-wise product of two "
-                                  "feature maps is not supported (only a per-channel scale)")
+                                  "feature maps is not supported (only a per-channel scale)",
+                                  node)
                     f["eltwise"] = Eltwise.CHANNEL_SCALE
                     post["eltwise_const"][0] = (numeric.qlinear_mul_multiplier(
                         stage_in.scale, b.qtype.scale, out_q.scale), 0, 0)
@@ -154,7 +165,7 @@ class _Builder:
             elif node.op == "resize":
                 f["upsample"] = 1
             else:
-                self.fail(group, f"node {node.name!r}: op {node.op} cannot join a group")
+                self.fail(group, f"node {node.name!r}: op {node.op} cannot join a group", node)
             stage_in = out_q
         stages = _stage_names(group)
         if "act" in stages and "eltwise" in stages:
@@ -193,7 +204,7 @@ class _Builder:
             return
         if kh != kw or sh != sw or len(set(pads)) != 1:
             self.fail(group, f"pooling {kh}x{kw} stride {sh}x{sw} pads {pads}: the accelerator "
-                      "pools with square windows and equal padding on every side")
+                      "pools with square windows and equal padding on every side", node)
         f["pool"] = Pool.MAX if node.op == "maxpool" else Pool.AVG
         f["pool_size"], f["pool_stride"], f["pool_pad"] = kh, sh, pads[0]
         if node.op == "avgpool":
@@ -242,6 +253,7 @@ def generate(graph: Graph, groups: list[Group], config: HwConfig) -> Program:
             changes["weights"] = isa.dram(params_base + offsets["weights"])
         program.append(instr.replace(**changes))
     program = with_held_weights(program, config)
+    refused = []
     for gr, instr in zip(groups, program):
         try:
             isa.validate(instr)
@@ -249,9 +261,15 @@ def generate(graph: Graph, groups: list[Group], config: HwConfig) -> Program:
             b.fail(gr, str(e))
         if problems := overflows(instr, config):
             nodes = ", ".join(repr(n.name) for n in gr.nodes)
-            b.fail(gr, f"does not fit the on-chip stores of config {config.name!r} (nodes "
-                       f"{nodes}): {'; '.join(problems)}. Use a configuration with larger "
-                       f"stores or a smaller input; the accelerator would stop this layer "
-                       f"with BUFFER_OVERFLOW")
+            refused.append((gr, f"does not fit the on-chip stores of config {config.name!r} "
+                                f"(nodes {nodes}): {'; '.join(problems)}. Use a configuration "
+                                f"with larger stores or a smaller input; the accelerator would "
+                                f"stop this layer with BUFFER_OVERFLOW"))
+    if refused:     # every such group at once, for a partition to leave them all to the host
+        (first, reason), more = refused[0], len(refused) - 1
+        raise CodegenError(f"group {first.index} ({first.name}): {reason}"
+                           + (f" (and {more} more groups)" if more else ""),
+                           {n.name: f"group {gr.index} ({gr.name}): {why}"
+                            for gr, why in refused for n in gr.nodes})
     return Program(config, graph, list(groups), program, bytes(b.params), plan, inputs,
                    outputs, locations)

