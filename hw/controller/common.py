@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Const, Mux
+from math import ceil
+
+from amaranth.hdl import Cat, Const, Mux
 from amaranth.lib import data
 
 from sfnpu import isa, layout
@@ -13,7 +15,7 @@ from ..requant import Requantizer
 __all__ = ["INSTRUCTION_BYTES", "POST_WORDS", "RESULT_FIFO_DEPTH", "results_in_flight",
            "FLOAT32_ONE", "TAG_INPUT", "TAG_WEIGHTS", "TAG_SHORTCUT", "TAG_PREFETCH",
            "ISA", "log2", "align16", "one_hot", "post_word", "stage_zp", "stage_signed",
-           "code_types"]
+           "code_types", "fetch_beats", "shifted_in", "aligned_instruction", "next_chunk"]
 
 INSTRUCTION_BYTES = isa.WORDS * isa.WORD_BITS // 8
 #: The post record (:data:`sfnpu.layout.POST_RECORD`) as 32-bit words.
@@ -78,3 +80,28 @@ def code_types(instr, post, has_ct, identity):
     conv_signed = Mux(identity, x_signed, stage_signed(post, "conv"))
     conv_zp = Mux(identity, x_zp, stage_zp(post, "conv"))
     return x_signed, x_zp, conv_signed, conv_zp
+
+
+def fetch_beats(bus_bytes: int) -> int:
+    """Bus beats of an instruction read (an instruction starts at any 32-bit word)."""
+    return ceil((bus_bytes - 4 + INSTRUCTION_BYTES) / bus_bytes)
+
+
+def shifted_in(buf, beat):
+    """An instruction buffer with the bus beat shifted in at the top."""
+    return Cat(buf[len(beat):], beat)
+
+
+def aligned_instruction(buf, beats, address, bus_bytes):
+    """The instruction at byte ``address`` from ``buf`` after ``beats`` beats of its read
+    (the first beat holds it from the address's byte in the bus word on)."""
+    B = bus_bytes
+    offset = (((fetch_beats(B) - beats) * B + address[:log2(B)]) * 8).as_unsigned()
+    return buf.bit_select(offset, ISA.size)
+
+
+def next_chunk(ob_base, ob_count, out_blocks, chunk_obs):
+    """The next chunk of output-channel blocks: (first block, blocks, whether there is one)."""
+    next_ob = ob_base + ob_count
+    next_rest = out_blocks - next_ob
+    return next_ob, Mux(next_rest < chunk_obs, next_rest, chunk_obs), next_ob < out_blocks
