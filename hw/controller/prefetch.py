@@ -7,7 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from sfnpu import isa
-from sfnpu.config import MAX_KERNEL, HwConfig
+from sfnpu.config import HwConfig
 from sfnpu.isa import ConvKind, MemSpace, Opcode
 from sfnpu.regmap import ErrorCode
 
@@ -50,9 +50,8 @@ class WeightPrefetch(wiring.Component):
         Abort; a compute phase's first cycle (the prefetch starts).
     instr : In(InstructionLayout), base, fetch_addr : In(addr_width)
         The group's instruction, the image base, the instruction's address.
-    ob_base, ob_count, out_blocks, chunk_obs, ib_count : In(16), steps : In
-        The chunk's output blocks, the group's, blocks per chunk; a block's weights are
-        ``ib_count · steps`` words.
+    ob_base, ob_count, out_blocks, chunk_obs : In(16), block_words : In(22)
+        The chunk's output blocks, the group's, blocks per chunk; words of a block's weights.
     identity, streaming : In(1)
         The group has no weights in the store.
     weights_base : In(range(words + 1))
@@ -79,7 +78,7 @@ class WeightPrefetch(wiring.Component):
             "instr": In(isa.InstructionLayout),
             "base": In(addr_width), "fetch_addr": In(addr_width),
             "ob_base": In(16), "ob_count": In(16), "out_blocks": In(16), "chunk_obs": In(16),
-            "ib_count": In(16), "steps": In(range(MAX_KERNEL * MAX_KERNEL + 1)),
+            "block_words": In(22),
             "identity": In(1), "streaming": In(1),
             "weights_base": In(range(words + 1)),
             "cmd": Out(stream.Signature(cmd_layout)),
@@ -107,7 +106,7 @@ class WeightPrefetch(wiring.Component):
         chunk = Signal()                # they are this group's next chunk
         pf_base, pf_pos, error = self.pf_base, self.pf_pos, self.error
         own_words = Signal(32)          # the computing chunk's words in the store
-        block_words = self.ib_count * self.steps
+        block_words = self.block_words
         next_ob, next_obs, more_chunks = next_chunk(self.ob_base, self.ob_count,
                                                     self.out_blocks, self.chunk_obs)
         instr_addr = self.fetch_addr + INSTRUCTION_BYTES

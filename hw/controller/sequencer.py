@@ -46,6 +46,8 @@ def group_layout(sizes: StoreSizes) -> data.StructLayout:
         "conv_h": 12,
         "conv_w": 12,
         "steps": _STEPS,        # P
+        "taps": _STEPS,         # kh·kw
+        "block_words": 22,      # one output block's weights: ib_count·steps
         "sets": 32,             # weight sets per output row: OB·IB (normal), CB
         "row_words": 32,        # in_blocks·in_w
         "places": range(sizes.row_words + 1),
@@ -103,8 +105,6 @@ class Sequencer(wiring.Component):
         The DMA's read data outside the compute phase.
     instr : Out(InstructionLayout), group : Out(group_layout)
         The group's instruction and derived parameters (registers).
-    taps : Out(range(MAX_KERNEL² + 1))
-        ``kh·kw``.
     base, fetch_addr : Out(addr_width)
         The image base; the instruction's address.
     flush, start_compute, compute : Out(1)
@@ -136,7 +136,6 @@ class Sequencer(wiring.Component):
             "beat": In(data.StructLayout({"data": 8 * B, "last": 1})),
             "beat_valid": In(1), "beat_fire": In(1),
             "instr": Out(isa.InstructionLayout), "group": Out(group_layout(sizes)),
-            "taps": Out(_STEPS),
             "base": Out(addr_width), "fetch_addr": Out(addr_width),
             "flush": Out(1), "start_compute": Out(1), "compute": Out(1),
             "compute_done": In(1),
@@ -160,6 +159,8 @@ class Sequencer(wiring.Component):
             weight_steps=Signal(32),                    # sets·P
             param_len=Signal(24),
             chunk_steps=Signal(32),                     # weight steps of chunk_obs + 1 blocks
+            weight_src=Signal(len(self.base)),          # the chunk's weight load
+            weight_len=Signal(24),
             # What the weight store holds: the whole weights at this DRAM offset.
             held_valid=Signal(), held_offset=Signal(len(instr.weights.offset)),
             held_depthwise=Signal(),
@@ -167,7 +168,6 @@ class Sequencer(wiring.Component):
             div_rem=Signal(range(2 * self.sizes.row_words + 1)),
             div_bit=Signal(range(self.sizes.row_words.bit_length() + 1)),
         )
-        m.d.comb += self.taps.eq(instr.kh * instr.kw)
         # Read data outside compute: a beat per cycle.
         with m.If(self.beat_fire & ~self.compute):
             m.d.sync += [self.load_pos.eq(self.load_pos + B), r.beat_index.eq(r.beat_index + 1)]
@@ -321,8 +321,10 @@ class Sequencer(wiring.Component):
         cfg, sizes = self.config, self.sizes
         L, Ti, To = cfg.lanes, cfg.ti, cfg.to
         G = depthwise_taps(cfg)
-        instr, g, taps = self.instr, self.group, self.taps
+        instr, g = self.instr, self.group
         kh, kw = instr.kh, instr.kw
+        taps = Signal(_STEPS)
+        m.d.comb += taps.eq(kh * kw)
         illegal, unsupported = self._decode_checks()
         padded_h = instr.in_h + instr.pad_top + instr.pad_bottom
         padded_w = instr.in_w + instr.pad_left + instr.pad_right
@@ -343,7 +345,7 @@ class Sequencer(wiring.Component):
                 g.out_blocks.eq(ob),
                 g.ib_count.eq(Mux(dw, 1, ib)),
                 g.conv_h.eq(ch), g.conv_w.eq(cw),
-                g.steps.eq(p),
+                g.steps.eq(p), g.taps.eq(taps),
                 g.out_block0.eq(instr.out_c_offset >> log2(L)),
                 g.in_row_bytes.eq(instr.in_w << log2(L)),
                 g.out_row_bytes.eq(instr.out_w << log2(L)),
@@ -367,6 +369,7 @@ class Sequencer(wiring.Component):
             act_start = align16(post_start + layout.POST_RECORD.itemsize)
             m.d.sync += [
                 r.weight_steps.eq(g.sets * g.steps),
+                g.block_words.eq(g.ib_count * g.steps),
                 g.sc_plane.eq((g.conv_h * g.conv_w) << log2(L)),
                 g.mult_off.eq(g.param_cp << 2),
                 g.wzp_off.eq(g.param_cp << 3),
@@ -407,7 +410,7 @@ class Sequencer(wiring.Component):
         cfg, sizes = self.config, self.sizes
         L = cfg.lanes
         instr, g = self.instr, self.group
-        block_words = g.ib_count * g.steps  # one output block's weights (normal: IB·P words)
+        block_words = g.block_words
         out_local = instr.output.space != MemSpace.DRAM
         sc_local = instr.shortcut.space != MemSpace.DRAM
         is_add = instr.eltwise == Eltwise.ADD
@@ -469,12 +472,24 @@ class Sequencer(wiring.Component):
         cfg = self.config
         L, Ti, To = cfg.lanes, cfg.ti, cfg.to
         instr, g, base = self.instr, self.group, self.base
-        block_words = g.ib_count * g.steps
+        block_words = g.block_words
         next_ob, next_obs, more_chunks = next_chunk(g.ob_base, g.ob_count, g.out_blocks,
                                                     g.chunk_obs)
+        def weight_load(ob_base, ob_count):
+            """The DMA read of the weights of blocks ob_base … ob_base + ob_count − 1 (depthwise
+            weights are a multiple of the bus width; normal ones too), registered: no
+            multiplier between the group's parameters and the DMA command."""
+            m.d.sync += [
+                r.weight_src.eq(base + instr.weights.offset
+                                + ((ob_base * block_words) << log2(Ti * To))),
+                r.weight_len.eq(Mux(g.depthwise, g.in_blocks * g.taps * L,
+                                    (ob_count * block_words) << log2(Ti * To))),
+            ]
+
         with m.State("PARAM_CMD"):
             self._read(m, base + instr.params.offset, r.param_len)
             m.d.sync += self.load_pos.eq(0)
+            weight_load(g.ob_base, g.ob_count)
             with m.If(self.cmd.ready):
                 m.next = "PARAM_DATA"
             self._guard(m, r)
@@ -487,11 +502,7 @@ class Sequencer(wiring.Component):
                     m.next = "WEIGHT_CMD"
             self._guard(m, r)
         with m.State("WEIGHT_CMD"):
-            # Depthwise weights are a multiple of the bus width; normal ones too.
-            self._read(m, base + instr.weights.offset
-                       + ((g.ob_base * block_words) << log2(Ti * To)),
-                       Mux(g.depthwise, g.in_blocks * self.taps * L,
-                           (g.ob_count * block_words) << log2(Ti * To)))
+            self._read(m, r.weight_src, r.weight_len)
             m.d.sync += self.load_pos.eq(0)
             m.d.comb += self.weight_restart.eq(1)
             with m.If(self.cmd.ready):
@@ -519,6 +530,7 @@ class Sequencer(wiring.Component):
                 with m.If(more_chunks):
                     # Next chunk of output-channel blocks (frame reuse).
                     m.d.sync += [g.ob_base.eq(next_ob), g.ob_count.eq(next_obs)]
+                    weight_load(next_ob, next_obs)
                     with m.If(instr.double_buffer):
                         m.next = "COMPUTE_START"    # the prefetch loaded it
                     with m.Else():

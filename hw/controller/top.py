@@ -123,7 +123,16 @@ __all__ = ["GroupController"]
 
 
 class GroupController(wiring.Component):
-    """DMA, decoder, parameter and weight stores, convolution datapath and post-processing.
+    """The DMA engine, the sequencer and the compute path's components, wired.
+
+    Components (each in its module of this package): :class:`~.sequencer.Sequencer` (header,
+    fetch, decode, loads, phases, errors), :class:`~.params.ParamStore`,
+    :class:`~.weights.WeightStore`, :class:`~.weights.WeightReplay`,
+    :class:`~.weights.WeightStream`, :class:`~.prefetch.WeightPrefetch`,
+    :class:`~.buffers.FeatureBuffers`, :class:`~.readers.InputReader`,
+    :class:`~.readers.ShortcutReader`, :class:`~.router.ReadRouter`,
+    :class:`~.arbiter.CommandArbiter`, the datapath, :class:`~.accumulator.Accumulator`, the
+    result FIFO, :class:`~.post.PostChain` and :class:`~.writer.OutputWriter`.
 
     Parameters
     ----------
@@ -134,7 +143,7 @@ class GroupController(wiring.Component):
         Bus address bits.
 
     Every store is sized by :class:`~sfnpu.hw.limits.StoreSizes`, whose :func:`overflows`
-    states the ``BUFFER_OVERFLOW`` checks below for the compiler.
+    states the sequencer's ``BUFFER_OVERFLOW`` checks for the compiler.
 
     Signature
     ---------
@@ -306,8 +315,8 @@ class GroupController(wiring.Component):
                               "out_blocks")),
                 (u.replay, ("streaming", "identity", "steps", "ib_count", "ob_count",
                             "ob_base", "conv_h")),
-                (u.prefetch, ("ob_base", "ob_count", "out_blocks", "chunk_obs", "ib_count",
-                              "steps", "identity", "streaming")),
+                (u.prefetch, ("ob_base", "ob_count", "out_blocks", "chunk_obs", "block_words",
+                              "identity", "streaming")),
                 (u.acc, ("conv_w", "ib_count", "ob_count", "ob_base", "identity")),
                 (u.chain, ("conv_h", "conv_w", "ob_count", "ob_base")),
                 (u.writer, ("ob_base", "ob_count", "out_block0", "out_plane",
@@ -433,5 +442,5 @@ class GroupController(wiring.Component):
             store.beat.eq(beat), store.load.eq(seq.loading_weights),
             store.beat_valid.eq(rd.valid), store.beat_fire.eq(rd.valid & rd.ready),
             store.pos.eq(seq.load_pos), store.restart.eq(seq.weight_restart),
-            store.depthwise.eq(g.depthwise), store.taps.eq(seq.taps),
+            store.depthwise.eq(g.depthwise), store.taps.eq(g.taps),
         ]
