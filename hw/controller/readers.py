@@ -43,14 +43,18 @@ def _command(m, reader, request, local, address, words, lanes):
     return (cmd.valid & cmd.ready) | (lcmd.valid & lcmd.ready)
 
 
-def _fill(m, reader, fifo):
-    """The segments' words (local or DRAM) into ``fifo``; returns the push strobe."""
+def _fill(m, reader, fifo, outstanding, granted, counted=1):
+    """The segments' words (local or DRAM) into ``fifo``; ``outstanding`` counts the words
+    commanded (``granted`` at a grant) but not yet in, where ``counted``."""
     dram, local = reader.dram_words, reader.local_words
     push = Signal()
     m.d.comb += [push.eq(dram.valid | local.valid),
                  fifo.w_data.eq(Mux(local.valid, local.payload, dram.payload)),
                  fifo.w_en.eq(push)]
-    return push
+    with m.If(reader.flush | reader.start):
+        m.d.sync += outstanding.eq(0)
+    with m.Else():
+        m.d.sync += outstanding.eq(outstanding + granted - Mux(push & counted, 1, 0))
 
 
 class InputReader(wiring.Component):
@@ -155,12 +159,7 @@ class InputReader(wiring.Component):
                              in_row_addr.eq(in_row_addr + self.in_row_bytes)]
                 with m.If(in_y + 1 == instr.in_h):
                     m.d.sync += in_done.eq(1)
-        push = _fill(m, self, fifo)
-        with m.If(flush | start):
-            m.d.sync += in_outstanding.eq(0)
-        with m.Else():
-            m.d.sync += in_outstanding.eq(in_outstanding + Mux(grant, instr.in_w, 0)
-                                          - Mux(push, 1, 0))
+        _fill(m, self, fifo, in_outstanding, Mux(grant, instr.in_w, 0))
         self._staging(m)
 
         # The input transform; the channel block of its word: words come (y, cb, x).
@@ -296,11 +295,6 @@ class ShortcutReader(wiring.Component):
                              sc_row_addr.eq(row)]
                 with m.If(sc_oy + 1 == self.conv_h):
                     m.d.sync += sc_done.eq(1)
-        push = _fill(m, self, fifo)
-        with m.If(self.flush | self.start):
-            m.d.sync += sc_outstanding.eq(0)
-        with m.Else():
-            m.d.sync += sc_outstanding.eq(sc_outstanding + Mux(grant & is_add, conv_w, 0)
-                                          - Mux(push & is_add, 1, 0))
+        _fill(m, self, fifo, sc_outstanding, Mux(grant & is_add, conv_w, 0), counted=is_add)
         wiring.connect(m, fifo.r_stream, wiring.flipped(self.o_stream))
         return m

@@ -202,20 +202,29 @@ class Sequencer(wiring.Component):
                          r.error_addr.eq(self.dma_error_addr)]
             m.next = "ERROR"
 
-    def _transfer(self, m, r, name, address, length, on_beat, after):
-        """States ``<name>_CMD`` (issue one read) and ``<name>_DATA`` (``on_beat`` for every
-        beat), then ``after``."""
+    def _transfer(self, m, r, name, address, length, after, *, on_cmd=None, on_beat=None,
+                  loading=None):
+        """States ``<name>_CMD`` (issue one read; ``on_cmd`` there) and ``<name>_DATA``
+        (``loading`` set, ``on_beat`` for every beat), then ``after`` (a state, or a function
+        that chooses it)."""
         with m.State(f"{name}_CMD"):
             self._read(m, address, length)
-            m.d.sync += r.beat_index.eq(0)
+            if on_cmd is not None:
+                on_cmd()
             with m.If(self.cmd.ready):
                 m.next = f"{name}_DATA"
             self._guard(m, r)
         with m.State(f"{name}_DATA"):
+            if loading is not None:
+                m.d.comb += loading.eq(1)
             with m.If(self.beat_fire):
-                on_beat()
+                if on_beat is not None:
+                    on_beat()
                 with m.If(self.beat.last):
-                    m.next = after
+                    if callable(after):
+                        after()
+                    else:
+                        m.next = after
             self._guard(m, r)
 
     # -- header, section table, fetch ---------------------------------------------------------
@@ -258,6 +267,9 @@ class Sequencer(wiring.Component):
         def shift_in_instruction():
             m.d.sync += r.fetch_buf.eq(shifted_in(r.fetch_buf, beat))
 
+        def restart():
+            m.d.sync += r.beat_index.eq(0)
+
         with m.State("IDLE"):
             with m.If(self.start):
                 m.d.sync += [base.eq(self.image_base), self.pc.eq(0), r.found.eq(0),
@@ -266,7 +278,8 @@ class Sequencer(wiring.Component):
                     self._fail(m, r, ErrorCode.IMAGE_MISMATCH)
                 with m.Else():
                     m.next = "HEADER_CMD"
-        self._transfer(m, r, "HEADER", base, image.HEADER.size, parse_header, "HEADER_CHECK")
+        self._transfer(m, r, "HEADER", base, image.HEADER.size, "HEADER_CHECK",
+                       on_cmd=restart, on_beat=parse_header)
         with m.State("HEADER_CHECK"):
             m.d.sync += [r.table_word.eq(0), r.entry_is_instr.eq(0)]
             with m.If(~r.header_ok | (r.section_count == 0)):
@@ -275,7 +288,8 @@ class Sequencer(wiring.Component):
                 m.next = "TABLE_CMD"
             self._guard(m, r)
         self._transfer(m, r, "TABLE", base + image.HEADER.size,
-                       r.section_count * image.SECTION.size, parse_table, "TABLE_CHECK")
+                       r.section_count * image.SECTION.size, "TABLE_CHECK",
+                       on_cmd=restart, on_beat=parse_table)
         with m.State("TABLE_CHECK"):
             m.d.sync += fetch_addr.eq(base + r.instr_offset)
             with m.If(~r.found):
@@ -283,8 +297,8 @@ class Sequencer(wiring.Component):
             with m.Else():
                 m.next = "FETCH_CMD"
             self._guard(m, r)
-        self._transfer(m, r, "FETCH", fetch_addr, INSTRUCTION_BYTES, shift_in_instruction,
-                       "FETCH_ALIGN")
+        self._transfer(m, r, "FETCH", fetch_addr, INSTRUCTION_BYTES, "FETCH_ALIGN",
+                       on_cmd=restart, on_beat=shift_in_instruction)
         with m.State("FETCH_ALIGN"):
             m.d.sync += self.instr.as_value().eq(
                 aligned_instruction(r.fetch_buf, r.beat_index, fetch_addr, B))
@@ -475,6 +489,7 @@ class Sequencer(wiring.Component):
         block_words = g.block_words
         next_ob, next_obs, more_chunks = next_chunk(g.ob_base, g.ob_count, g.out_blocks,
                                                     g.chunk_obs)
+
         def weight_load(ob_base, ob_count):
             """The DMA read of the weights of blocks ob_base … ob_base + ob_count − 1 (depthwise
             weights are a multiple of the bus width; normal ones too), registered: no
@@ -486,37 +501,31 @@ class Sequencer(wiring.Component):
                                     (ob_count * block_words) << log2(Ti * To))),
             ]
 
-        with m.State("PARAM_CMD"):
-            self._read(m, base + instr.params.offset, r.param_len)
+        def param_cmd():
             m.d.sync += self.load_pos.eq(0)
             weight_load(g.ob_base, g.ob_count)
-            with m.If(self.cmd.ready):
-                m.next = "PARAM_DATA"
-            self._guard(m, r)
-        with m.State("PARAM_DATA"):
-            m.d.comb += self.loading_params.eq(1)
-            with m.If(self.beat_fire & self.beat.last):
-                with m.If(g.identity | g.streaming | instr.weights_held):
-                    m.next = "COMPUTE_START"
-                with m.Else():
-                    m.next = "WEIGHT_CMD"
-            self._guard(m, r)
-        with m.State("WEIGHT_CMD"):
-            self._read(m, r.weight_src, r.weight_len)
+
+        def after_params():
+            with m.If(g.identity | g.streaming | instr.weights_held):
+                m.next = "COMPUTE_START"
+            with m.Else():
+                m.next = "WEIGHT_CMD"
+
+        def weight_cmd():
             m.d.sync += self.load_pos.eq(0)
             m.d.comb += self.weight_restart.eq(1)
-            with m.If(self.cmd.ready):
-                m.next = "WEIGHT_DATA"
-            self._guard(m, r)
-        with m.State("WEIGHT_DATA"):
-            m.d.comb += self.loading_weights.eq(1)
-            with m.If(self.beat_fire & self.beat.last):
-                # Whole weights stay valid for a later group with weights_held set.
-                m.d.sync += [r.held_valid.eq((g.ob_base == 0) & (g.ob_count == g.out_blocks)),
-                             r.held_offset.eq(instr.weights.offset),
-                             r.held_depthwise.eq(g.depthwise), self.held_base.eq(0)]
-                m.next = "COMPUTE_START"
-            self._guard(m, r)
+
+        def after_weights():
+            # Whole weights stay valid for a later group with weights_held set.
+            m.d.sync += [r.held_valid.eq((g.ob_base == 0) & (g.ob_count == g.out_blocks)),
+                         r.held_offset.eq(instr.weights.offset),
+                         r.held_depthwise.eq(g.depthwise), self.held_base.eq(0)]
+            m.next = "COMPUTE_START"
+
+        self._transfer(m, r, "PARAM", base + instr.params.offset, r.param_len, after_params,
+                       on_cmd=param_cmd, loading=self.loading_params)
+        self._transfer(m, r, "WEIGHT", r.weight_src, r.weight_len, after_weights,
+                       on_cmd=weight_cmd, loading=self.loading_weights)
         with m.State("COMPUTE_START"):
             # Agents initialise in this cycle and act from the next one.
             m.d.comb += self.start_compute.eq(1)
