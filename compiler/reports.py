@@ -520,7 +520,7 @@ DEVIATIONS = f"""\
   To × 4 B per frame layer) and a frame-sized write buffer for frame layers writing to DRAM
   (eq. 5). sfnpu's controller runs frame reuse as chunks of whole output-channel blocks, each
   summing its input-channel blocks one output row at a time, and drains its write buffer in
-  row segments (`hw/controller.py`), so in both modes it needs one output row of To partial
+  row segments (`hw/controller/`), so in both modes it needs one output row of To partial
   sums and one To-channel output row: that is our column. The dense column keeps the paper's
   eqs. 4–5 (frame layers only).
 - **Long-path data** (Sec. IV-A) is decided on our group order, which can interleave
