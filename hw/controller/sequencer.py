@@ -18,7 +18,7 @@ from sfnpu.regmap import ErrorCode
 from ..conv_array import depthwise_taps
 from ..dma import Direction
 from ..limits import StoreSizes
-from .common import INSTRUCTION_BYTES, ISA, align16, aligned_instruction, fetch_beats, \
+from .common import INSTRUCTION_BYTES, align16, aligned_instruction, fetch_beats, \
     log2, next_chunk, shifted_in
 
 __all__ = ["Sequencer", "group_layout"]

@@ -104,7 +104,7 @@ from sfnpu.regmap import StallCause
 from ..axi import Axi4Signature
 from ..csr import ControlSignature
 from ..datapath import ConvDatapath
-from ..dma import Direction, DmaEngine
+from ..dma import DmaEngine
 from ..limits import StoreSizes
 from .accumulator import Accumulator
 from .arbiter import CommandArbiter
