@@ -1,0 +1,107 @@
+"""Constants, layouts and small helpers shared by the group controller's components."""
+
+from __future__ import annotations
+
+from math import ceil
+
+from amaranth.hdl import Cat, Const, Mux
+from amaranth.lib import data
+
+from sfnpu import isa, layout
+
+from ..conv_array import array_latency
+from ..requant import Requantizer
+
+__all__ = ["INSTRUCTION_BYTES", "POST_WORDS", "RESULT_FIFO_DEPTH", "results_in_flight",
+           "FLOAT32_ONE", "TAG_INPUT", "TAG_WEIGHTS", "TAG_SHORTCUT", "TAG_PREFETCH",
+           "ISA", "log2", "align16", "one_hot", "post_word", "stage_zp", "stage_signed",
+           "code_types", "fetch_beats", "shifted_in", "aligned_instruction", "next_chunk"]
+
+INSTRUCTION_BYTES = isa.WORDS * isa.WORD_BITS // 8
+#: The post record (:data:`sfnpu.layout.POST_RECORD`) as 32-bit words.
+POST_WORDS = layout.POST_RECORD.itemsize // 4
+#: Words of the result FIFO between the requantisers and the post-processing chain.
+RESULT_FIFO_DEPTH = 32
+
+
+def results_in_flight(config) -> int:
+    """Results still on their way to the result FIFO after the array takes a step (array,
+    partial-sum stage, requantiser): the datapath holds while the FIFO's level plus these
+    would overflow it."""
+    return array_latency(config) + 1 + Requantizer.LATENCY + 2
+
+
+ISA = data.Layout.cast(isa.InstructionLayout)
+FLOAT32_ONE = 0x3F800000
+#: Tags of the compute phase's DMA reads (the order their data comes back in).
+TAG_INPUT, TAG_WEIGHTS, TAG_SHORTCUT, TAG_PREFETCH = 0, 1, 2, 3
+
+_STAGE = {name: k for k, name in enumerate(layout.STAGES)}
+_POST_FIELD_WORD = {name: layout.POST_RECORD.fields[name][1] // 4
+                    for name in layout.POST_RECORD.names}
+
+
+def log2(n: int) -> int:
+    assert n & (n - 1) == 0, n
+    return n.bit_length() - 1
+
+
+def align16(value):
+    shift = log2(layout.PARAM_ALIGN)
+    return ((value + layout.PARAM_ALIGN - 1) >> shift) << shift
+
+
+def one_hot(index, count):
+    return Const(1, count) << index
+
+
+def post_word(post, field, index=0):
+    """Word ``index`` of the post record's ``field`` (``post``: the record's words, word 0
+    lowest)."""
+    k = _POST_FIELD_WORD[field] + index
+    return post[32 * k:32 * (k + 1)]
+
+
+def stage_zp(post, stage):
+    return post_word(post, "zp", _STAGE[stage])[:9].as_signed()
+
+
+def stage_signed(post, stage):
+    return post_word(post, "signed", _STAGE[stage])[0]
+
+
+def code_types(instr, post, has_ct, identity):
+    """The type (signedness, zero point) of the convolution's input — the transformed one
+    (from the post record; also the padding value) or the instruction's — and of the codes
+    the requantisers produce (conv NONE passes codes unchanged)."""
+    x_signed = Mux(has_ct, stage_signed(post, "in_transform"), instr.in_signed)
+    x_zp = Mux(has_ct, stage_zp(post, "in_transform"),
+               Mux(instr.in_signed, instr.in_zp.as_signed(), instr.in_zp))
+    conv_signed = Mux(identity, x_signed, stage_signed(post, "conv"))
+    conv_zp = Mux(identity, x_zp, stage_zp(post, "conv"))
+    return x_signed, x_zp, conv_signed, conv_zp
+
+
+def fetch_beats(bus_bytes: int) -> int:
+    """Bus beats of an instruction read (an instruction starts at any 32-bit word)."""
+    return ceil((bus_bytes - 4 + INSTRUCTION_BYTES) / bus_bytes)
+
+
+def shifted_in(buf, beat):
+    """An instruction buffer with the bus beat shifted in at the top."""
+    return Cat(buf[len(beat):], beat)
+
+
+def aligned_instruction(buf, beats, address, bus_bytes):
+    """The instruction at byte ``address`` from ``buf`` after ``beats`` beats of its read
+    (the first beat holds it from the address's byte in the bus word on)."""
+    B = bus_bytes
+    offset = (((fetch_beats(B) - beats) * B + address[:log2(B)]) * 8).as_unsigned()
+    return buf.bit_select(offset, ISA.size)
+
+
+def next_chunk(ob_base, ob_count, out_blocks, chunk_obs):
+    """The next chunk of output-channel blocks: (first block, blocks, whether there is one)."""
+    next_ob = ob_base + ob_count
+    next_rest = out_blocks - next_ob
+    return next_ob, Mux(next_rest < chunk_obs, next_rest, chunk_obs), next_ob < out_blocks

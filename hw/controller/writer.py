@@ -1,0 +1,175 @@
+"""Output writer: the write buffer and its commands, to DRAM or an on-chip buffer."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, ResetInserter, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from sfnpu import isa
+
+from ..dma import Direction
+from .buffers import segment_layout
+from .common import log2
+
+__all__ = ["OutputWriter"]
+
+
+class OutputWriter(wiring.Component):
+    """The write buffer and the commands that empty it.
+
+    The output is written in segments ``(oy, ob)`` of ``out_w`` words at the destination's
+    channel block ``out_block0 + ob_base + ob``, each in chunks of at most half the buffer: a
+    chunk is commanded only once the buffer holds all of it, so write data never waits for
+    the post chain. In DRAM a chunk is one DMA write (its words leave the buffer as bus beats);
+    in an on-chip buffer it is a local write command.
+
+    Parameters
+    ----------
+    lanes : int
+        Bytes per word.
+    bus_bytes : int
+        Bytes per bus beat (divides ``lanes``).
+    addr_width : int
+    words : int
+        Write-buffer words.
+    buffer_words : int
+        Words of an on-chip buffer.
+
+    Signature
+    ---------
+    flush, start, compute : In(1)
+        Abort; a compute phase's first cycle; the compute phase.
+    instr : In(InstructionLayout)
+    base : In(addr_width)
+        The image base (DRAM addresses are relative to it).
+    ob_base, ob_count, out_block0 : In(16)
+        The chunk's first output block and its count; the destination's channel-block offset.
+    out_plane : In(32), out_row_bytes : In(24)
+        Bytes of one channel block and of one row of the output.
+    i_stream : In(stream.Signature(8 · lanes))
+        Output words, ``(oy, ob, ox)``.
+    cmd : Out(stream.Signature(dma command))
+        DMA writes.
+    bus : Out(stream.Signature(8 · bus_bytes))
+        Their data.
+    local_cmd : Out(stream.Signature(segment_layout(buffer_words, …)))
+        Local writes (output in buffer {0, 1, 2}).
+    local_data : Out(stream.Signature(8 · lanes))
+        Their data.
+    drained : Out(1)
+        Every word of the output has been commanded and has left the buffer.
+    """
+
+    def __init__(self, lanes: int, bus_bytes: int, addr_width: int, words: int,
+                 buffer_words: int, cmd_layout):
+        self.lanes = lanes
+        self.bus_bytes = bus_bytes
+        self.words = words
+        self.chunk_words = max(1, words // 2)
+        super().__init__({
+            "flush": In(1), "start": In(1), "compute": In(1),
+            "instr": In(isa.InstructionLayout), "base": In(addr_width),
+            "ob_base": In(16), "ob_count": In(16), "out_block0": In(16),
+            "out_plane": In(32), "out_row_bytes": In(24),
+            "i_stream": In(stream.Signature(8 * lanes)),
+            "cmd": Out(stream.Signature(cmd_layout)),
+            "bus": Out(stream.Signature(8 * bus_bytes)),
+            "local_cmd": Out(stream.Signature(segment_layout(buffer_words,
+                                                             range(self.chunk_words + 1)))),
+            "local_data": Out(stream.Signature(8 * lanes)),
+            "drained": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        L, instr = self.lanes, self.instr
+        m.submodules.fifo = fifo = ResetInserter(self.flush)(
+            SyncFIFO(width=8 * L, depth=self.words))
+        wiring.connect(m, wiring.flipped(self.i_stream), fifo.w_stream)
+        chunk_words = self.chunk_words
+        aw = len(self.base)
+        o_oy = Signal(12)
+        o_ob = Signal(16)
+        o_left = Signal(12)            # words of the current segment not yet commanded
+        o_addr = Signal(aw)
+        o_row_addr = Signal(aw)
+        o_seg_base = Signal(aw)        # first word of the current segment
+        o_done = Signal()
+        o_committed = Signal(range(self.words + 1))
+        o_chunk = Signal(range(chunk_words + 1))
+        m.d.comb += o_chunk.eq(Mux(o_left < chunk_words, o_left, chunk_words))
+        o_req = self.compute & ~o_done & (fifo.level >= o_committed + o_chunk)
+        out_local = instr.output.space != isa.MemSpace.DRAM
+        cmd, local = self.cmd, self.local_cmd
+        m.d.comb += [
+            cmd.valid.eq(o_req & ~out_local), cmd.payload.address.eq(o_addr),
+            cmd.payload.length.eq(o_chunk * L), cmd.payload.direction.eq(Direction.WRITE),
+            local.valid.eq(o_req & out_local),
+            local.payload.address.eq(o_addr >> log2(L)),
+            local.payload.count.eq(o_chunk),
+        ]
+        grant = (cmd.valid & cmd.ready) | (local.valid & local.ready)
+
+        # Commands per chunk of a (oy, ob) segment.
+        out_plane, out_row_bytes = self.out_plane, self.out_row_bytes
+        with m.If(self.start):
+            first_out = (Mux(out_local, 0, self.base) + instr.output.offset
+                         + (self.out_block0 + self.ob_base) * out_plane)
+            m.d.sync += [o_oy.eq(0), o_ob.eq(0), o_left.eq(instr.out_w), o_done.eq(0),
+                         o_addr.eq(first_out), o_row_addr.eq(first_out),
+                         o_seg_base.eq(first_out)]
+        with m.Elif(grant):
+            with m.If(o_left > o_chunk):
+                m.d.sync += [o_left.eq(o_left - o_chunk), o_addr.eq(o_addr + o_chunk * L)]
+            with m.Elif(o_ob + 1 < self.ob_count):
+                m.d.sync += [o_ob.eq(o_ob + 1), o_left.eq(instr.out_w),
+                             o_addr.eq(o_seg_base + out_plane),
+                             o_seg_base.eq(o_seg_base + out_plane)]
+            with m.Else():
+                m.d.sync += [o_ob.eq(0), o_oy.eq(o_oy + 1), o_left.eq(instr.out_w),
+                             o_addr.eq(o_row_addr + out_row_bytes),
+                             o_row_addr.eq(o_row_addr + out_row_bytes),
+                             o_seg_base.eq(o_row_addr + out_row_bytes)]
+                with m.If(o_oy + 1 == instr.out_h):
+                    m.d.sync += o_done.eq(1)
+
+        # Only words of commands already issued leave the buffer: as bus beats (DRAM) or
+        # word by word (a local chunk).
+        word_sent = self._beats(m, fifo)
+        local_sent = self.local_data.valid & self.local_data.ready
+        m.d.comb += [self.local_data.payload.eq(fifo.r_data),
+                     self.local_data.valid.eq(fifo.r_rdy & out_local)]
+        with m.If(out_local):
+            m.d.comb += fifo.r_en.eq(local_sent)
+        with m.Else():
+            m.d.comb += [
+                self.bus.valid.eq(fifo.r_rdy & (o_committed != 0)),
+                fifo.r_en.eq(word_sent),
+            ]
+        with m.If(self.flush):
+            m.d.sync += o_committed.eq(0)
+        with m.Else():
+            m.d.sync += o_committed.eq(o_committed + Mux(grant, o_chunk, 0)
+                                       - Mux(word_sent | local_sent, 1, 0))
+        m.d.comb += self.drained.eq(o_done & (o_committed == 0) & ~fifo.r_rdy)
+        return m
+
+    def _beats(self, m, fifo):
+        """Words → bus beats; returns the strobe of a word's last beat."""
+        B = self.bus_bytes
+        beats_per_word = self.lanes // B
+        wd = self.bus
+        w_part = Signal(range(max(beats_per_word, 2)))
+        word_sent = Signal()
+        if beats_per_word == 1:
+            m.d.comb += [wd.payload.eq(fifo.r_data), word_sent.eq(wd.valid & wd.ready)]
+        else:
+            m.d.comb += [wd.payload.eq(fifo.r_data.word_select(w_part, 8 * B)),
+                         word_sent.eq(wd.valid & wd.ready & (w_part == beats_per_word - 1))]
+            with m.If(self.flush):
+                m.d.sync += w_part.eq(0)
+            with m.Elif(wd.valid & wd.ready):
+                m.d.sync += w_part.eq(Mux(w_part == beats_per_word - 1, 0, w_part + 1))
+        return word_sent
