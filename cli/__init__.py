@@ -37,6 +37,7 @@ def user_errors() -> tuple[type, ...]:
     from sfnpu import isa
     from sfnpu.compiler.importer import ModelError
     from sfnpu.compiler.ir import IRError
+    from sfnpu.compiler.pipeline import InputError
     from sfnpu.compiler.quantize import QuantizeError
     from sfnpu.config import ConfigError
     from sfnpu.models.catalog import UnknownModel
@@ -46,7 +47,7 @@ def user_errors() -> tuple[type, ...]:
 
     return (CliError, ConfigError, image_format.ImageError, isa.InstructionError, IRError,
             ModelError, QuantizeError, GoldenError, FileNotFoundError, BitstreamError,
-            LinkError, UnknownModel)
+            LinkError, UnknownModel, InputError)
 
 
 def main(argv: list[str] | None = None) -> int:

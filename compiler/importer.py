@@ -37,8 +37,8 @@ SUPPORTED_OPS = {
     "Add": "two feature maps of the same shape",
     "Mul": "a feature map times a per-channel vector (squeeze-and-excitation)",
     "Concat": "along channels",
-    "Resize": "nearest, scale 2",
-    "Upsample": "nearest, scale 2",
+    "Resize": "nearest, scale 2, 4 or 8",
+    "Upsample": "nearest, scale 2, 4 or 8",
     "Relu": "", "Clip": "", "LeakyRelu": "", "HardSigmoid": "", "HardSwish": "",
     "Sigmoid": "", "Tanh": "",
     "SpaceToDepth": "block size 2 (runs as a one-hot 2x2 stride-2 convolution)",
@@ -701,6 +701,14 @@ class _Importer:
         ("asymmetric", "floor"), ("asymmetric", "round_prefer_floor"),
         ("tf_half_pixel_for_nn", "floor")}
 
+    #: Modes whose nearest pixel is ``o // f`` for every integer factor ``f`` (no ties:
+    #: half-pixel centres fall strictly inside a source pixel), not only for 2.
+    _RESIZE_ANY_FACTOR = {("asymmetric", "floor"), ("tf_half_pixel_for_nn", "floor")} | {
+        (c, n) for c in ("half_pixel", "pytorch_half_pixel")
+        for n in ("round_prefer_floor", "round_prefer_ceil")}
+    #: Nearest upsampling factors the accelerator runs: one 2x upsampler per group, cascaded.
+    RESIZE_FACTORS = (2, 4, 8)
+
     def resize_node(self, node, out, qtype):
         x = self.input_tensor(node)
 
@@ -715,17 +723,28 @@ class _Importer:
             nearest = text("nearest_mode", "round_prefer_floor")
         out_shape = self.m.shapes.get(node.output[0])
         c, h, w = x.shape
-        if mode != "nearest" or out_shape is None or tuple(out_shape[1:]) != (c, 2 * h, 2 * w):
-            raise ModelError(f"{_where(node)}: only nearest-neighbour 2x upsampling is "
+        factor = next((f for f in self.RESIZE_FACTORS
+                       if out_shape is not None and tuple(out_shape[1:]) == (c, f * h, f * w)),
+                      None)
+        if mode != "nearest" or factor is None:
+            raise ModelError(f"{_where(node)}: only nearest-neighbour upsampling by "
+                             f"{', '.join(map(str, self.RESIZE_FACTORS))} in both axes is "
                              f"supported (mode {mode!r}, output {out_shape})")
-        if (coords, nearest) not in self._RESIZE_OK:
+        allowed = self._RESIZE_OK if factor == 2 else self._RESIZE_ANY_FACTOR
+        if (coords, nearest) not in allowed:
             raise ModelError(f"{_where(node)}: coordinate_transformation_mode={coords!r} with "
-                             f"nearest_mode={nearest!r} does not read input pixel o // 2; "
-                             f"supported: {sorted(self._RESIZE_OK)}")
+                             f"nearest_mode={nearest!r} does not read input pixel o // "
+                             f"{factor}; supported: {sorted(allowed)}")
         if qtype != x.qtype:
             raise ModelError(f"{_where(node)}: Resize changes the quantisation")
-        self.add_tensor(out, (c, 2 * h, 2 * w), qtype)
-        self.nodes.append(Node(node.name, "resize", (x.name,), out, attrs=dict(scale=2)))
+        # Upsampling by 2ⁿ is n upsamplings by 2: pixel o // 2 of pixel o // 2 … is o // 2ⁿ.
+        src, steps = x.name, factor.bit_length() - 1
+        for k in range(steps):
+            name = out if k == steps - 1 else f"{out}.up{2 << k}"
+            self.add_tensor(name, (c, (2 << k) * h, (2 << k) * w), qtype)
+            self.nodes.append(Node(node.name if k == 0 else f"{node.name}.up{2 << k}",
+                                   "resize", (src,), name, attrs=dict(scale=2)))
+            src = name
 
     def space_to_depth_node(self, node, out, qtype):
         """SpaceToDepth (YOLOv2's reorg): :func:`~.ir.space_to_depth_conv` (onnxruntime copies

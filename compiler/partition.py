@@ -31,7 +31,8 @@ from sfnpu.config import HwConfig
 
 from .codegen import CodegenError
 from .importer import _ALIASES, _MUST_ACCELERATE, Classification, ModelError, classify_nodes
-from .pipeline import Compiled, PipelineConfig, compile_model, run_onnxruntime
+from .pipeline import (Compiled, PipelineConfig, check_inputs, compile_model,
+                       run_onnxruntime)
 
 __all__ = ["AcceleratorSegment", "HostNode", "HostSegment", "Partitioned", "compile_partitioned"]
 
@@ -105,6 +106,7 @@ class Partitioned:
             accelerator: Callable[[bytes], list[np.ndarray]]) -> dict:
         """The model's outputs: each segment in order, the accelerator segments' images run by
         ``accelerator`` (image bytes → output arrays)."""
+        check_inputs(self.model_inputs, feeds)
         values = dict(feeds)
         for segment in self.segments:
             values.update(segment.run(values, accelerator))

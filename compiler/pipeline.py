@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -25,7 +25,8 @@ from .passes import (fold_input_taps, run_passes, space_to_depth_on_host,
                      space_to_depth_strided_convs, split_shared_wide_convs)
 from .importer import HostPlan, Imported, import_model
 
-__all__ = ["Compiled", "CompileState", "PipelineConfig", "STEPS", "Step", "StepRecord",
+__all__ = ["Compiled", "CompileState", "InputError", "PipelineConfig", "STEPS", "Step",
+           "StepRecord", "check_inputs",
            "compile_model", "run_onnxruntime", "is_quantised", "ensure_qdq"]
 
 
@@ -185,6 +186,35 @@ STEPS: tuple[Step, ...] = (
 )
 
 
+class InputError(ValueError):
+    """Inputs that do not fit the model: names the input, what it takes and what it got."""
+
+
+def check_inputs(expected: Sequence[onnx.ValueInfoProto], feeds: Mapping[str, np.ndarray]):
+    """Every input the model takes, of its element type and shape (free dimensions match
+    anything), and nothing else."""
+    names = [vi.name for vi in expected]
+    for name in feeds:
+        if name not in names:
+            raise InputError(f"input {name!r}: the model has no such input; it takes "
+                             f"{', '.join(map(repr, names))}")
+    for vi in expected:
+        if vi.name not in feeds:
+            raise InputError(f"input {vi.name!r} is missing; the model takes "
+                             f"{', '.join(map(repr, names))}")
+        t, given = vi.type.tensor_type, np.asarray(feeds[vi.name])
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        shape = "(" + ", ".join("?" if d is None else str(d) for d in dims) + ")"
+        if given.dtype != dtype:
+            raise InputError(f"input {vi.name!r}: {given.dtype} values; the model takes "
+                             f"{dtype} of shape {shape}")
+        if len(dims) != given.ndim or any(d is not None and d != g
+                                          for d, g in zip(dims, given.shape)):
+            raise InputError(f"input {vi.name!r}: shape {tuple(given.shape)}; the model takes "
+                             f"{shape}")
+
+
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -242,6 +272,7 @@ class Compiled:
     def run(self, feeds: Mapping[str, np.ndarray],
             accelerator: Callable[[bytes], list[np.ndarray]]) -> dict:
         """Run the whole model with ``accelerator`` (image bytes → output arrays)."""
+        check_inputs(self.imported.host.prologue.graph.input, feeds)
         blob = self.program.pack(self.quantise_inputs(feeds))
         return self.finish(accelerator(blob))
 

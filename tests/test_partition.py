@@ -9,8 +9,7 @@ import pytest
 from netbuild import Net
 from sfnpu import image
 from sfnpu.cli import main
-from sfnpu.compiler.partition import (AcceleratorSegment, HostSegment, Partitioned,
-                                      compile_partitioned)
+from sfnpu.compiler.partition import AcceleratorSegment, Partitioned, compile_partitioned
 from sfnpu.compiler.pipeline import Compiled, run_onnxruntime
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
@@ -156,6 +155,23 @@ def test_cli_runs_and_reports_a_partitioned_model(quantised, tmp_path):
                  str(tmp_path / "golden.npy")]) == 0
 
 
+@pytest.mark.parametrize("compiled_whole", [True, False])
+def test_a_wrong_input_shape_is_named(quantised, tmp_path, capsys, compiled_whole):
+    """`sfnpu run` with an input of the wrong shape: an sfnpu error naming the input, the
+    shape the model takes and the one given (not an onnxruntime traceback)."""
+    net, path = quantised["pad_net"]
+    if compiled_whole:
+        tiny = Net((8, 12, 12), seed=1, name="whole")
+        path = tmp_path / "whole.qdq.onnx"
+        quantize_model(tiny.model([tiny.conv("x", 8, 8, 3)]), path,
+                       CalibrationSource.synthetic(2, seed=1))
+    np.save(tmp_path / "x.npy", np.zeros((1, 8, 12, 10), np.float32))
+    assert main(["run", str(path), "--input", str(tmp_path / "x.npy"),
+                 "-o", str(tmp_path / "y.npy")]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "input 'x': shape (1, 8, 12, 10); the model takes (1, 8, 12, 12)" in out
+
+
 @pytest.mark.parametrize("name", ["residual_pad_net", "focus_net"])
 def test_segments_on_the_rtl(quantised, name, harness_tiny):
     """Each accelerator segment's image on the RTL: the whole DRAM equals the golden model's
@@ -235,3 +251,53 @@ def test_real_models_end_to_end(real_quantised, name, config, min_share):
         got = program.run({input_name: x[None]}, golden.outputs)
         for key in want:
             assert np.array_equal(want[key], got[key]), (name, key)
+
+
+@pytest.mark.parametrize("factor, coords, nearest", [
+    (4, "asymmetric", "floor"), (8, "half_pixel", "round_prefer_floor"),
+    (4, "tf_half_pixel_for_nn", "floor")])
+def test_nearest_resize_by_4_and_8_on_the_rtl(tmp_path, harness_tiny, factor, coords, nearest):
+    """FPN heads' nearest Resize by 4 or 8 runs as a cascade of the 2x upsampler, one group
+    each, bit-exact with onnxruntime on the golden model and the RTL (cycle-exact)."""
+    net = Net((8, 3, 4), seed=factor, name=f"resize{factor}")
+    a = net.op("Relu", [net.conv("x", 8, 16, 3)])
+    r = net.op("Resize", [a, "", net.const(np.array([1, 1, factor, factor], np.float32))],
+               mode="nearest", coordinate_transformation_mode=coords, nearest_mode=nearest)
+    path = tmp_path / "resize.qdq.onnx"
+    quantize_model(net.model([net.conv(r, 16, 8, 1, pads=[0, 0, 0, 0])], opset=13), path,
+                   CalibrationSource.synthetic(4, seed=1))
+    program = compile_partitioned(path, TINY)
+    assert isinstance(program, Compiled)
+    assert sum(i.upsample for i in program.program.instructions) == factor.bit_length() - 1
+    x = net.samples(1, seed=2)
+    blobs = []
+    golden = GoldenModel(TINY)
+    got = program.run({"x": x}, lambda blob: blobs.append(blob) or golden.outputs(blob))
+    want = run_onnxruntime(onnx.load(str(path)), {"x": x})
+    assert all(np.array_equal(want[k], got[k]) for k in want)
+    result = harness_tiny.run(blobs[0])
+    reference = bytes(golden.run(blobs[0]).dram)
+    assert bytes(result.dram[:len(reference)]) == reference
+    assert not compare(CycleModel(TINY).run(blobs[0]), result.group_cycles,
+                       result.group_read_bytes, result.group_write_bytes).problems()
+
+
+def test_resize_with_rounding_off_by_one_stays_on_the_host(tmp_path):
+    """asymmetric + round_prefer_floor reads pixel round(o / 4), not o // 4: the host runs it,
+    with the reason."""
+    net = Net((8, 3, 4), seed=9, name="resizeround")
+    a = net.op("Relu", [net.conv("x", 8, 16, 3)])
+    r = net.op("Resize", [a, "", net.const(np.array([1, 1, 4, 4], np.float32))],
+               mode="nearest", coordinate_transformation_mode="asymmetric",
+               nearest_mode="round_prefer_floor")
+    path = tmp_path / "resize.qdq.onnx"
+    quantize_model(net.model([net.conv(r, 16, 8, 1, pads=[0, 0, 0, 0])], opset=13), path,
+                   CalibrationSource.synthetic(4, seed=1))
+    program = compile_partitioned(path, TINY)
+    (resize,) = program.host_nodes
+    assert resize.op == "Resize" and "o // 4" in resize.reason
+    x = net.samples(1, seed=2)
+    want = run_onnxruntime(onnx.load(str(path)), {"x": x})
+    got = program.run({"x": x}, GoldenModel(TINY).outputs)
+    assert all(np.array_equal(want[k], got[k]) for k in want)
+
