@@ -44,6 +44,7 @@ SUPPORTED_OPS = {
     "SpaceToDepth": "block size 2 (runs as a one-hot 2x2 stride-2 convolution)",
     "BatchNormalization": "not folded (pre-activation): one table per channel on the input "
                           "side of the next group",
+    "Pad": "zeros in height and width, read only by convolutions (folded into their padding)",
 }
 _UNARY = {"Relu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh"}
 _ALIASES = {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity"}
@@ -342,6 +343,9 @@ class _Importer:
         self.m = m
         self.tolerant = tolerant
         self.host_reasons: dict[int, str] = {}  # id() of an ONNX node → why the host runs it
+        #: A zero Pad's quantised output → (top, left, bottom, right): the convolution that
+        #: reads it pads by that much more (:meth:`pad_node`).
+        self.spatial_pads: dict[str, tuple[int, int, int, int]] = {}
         self.tensors: dict[str, Tensor] = {}
         self.nodes: list[Node] = []
         self.alias: dict[str, str] = {}        # quantised tensor → the IR tensor it equals
@@ -530,6 +534,8 @@ class _Importer:
             self.space_to_depth_node(node, out, qtype)
         elif op == "BatchNormalization":
             self.batchnorm_node(node, out, qtype)
+        elif op == "Pad":
+            self.pad_node(node, out, qtype)
 
     def is_const_dq(self, name: str) -> bool:
         p = self.m.producer.get(name)
@@ -568,7 +574,10 @@ class _Importer:
                                  "supported (dilation 1 only)")
             kh, kw = weight.shape[2:]
             stride = tuple(_attr(node, "strides", [1, 1]))
-            pads = _pads(node, (h, w), (kh, kw), stride)
+            extra = self.folded_pads(node.input[0])
+            pads = _pads(node, (h + extra[0] + extra[2], w + extra[1] + extra[3]), (kh, kw),
+                         stride)
+            pads = tuple(p + e for p, e in zip(pads, extra))
             if group == 1:
                 depthwise = False
             elif group == c and weight.shape[0] == c and weight.shape[1] == 1:
@@ -664,6 +673,47 @@ class _Importer:
             attrs["count_include_pad"] = int(_attr(node, "count_include_pad", 0))
         self.add_tensor(out, (c, oh, ow), qtype)
         self.nodes.append(Node(node.name, op, (x.name,), out, attrs=attrs))
+
+    def pad_node(self, node, out, qtype):
+        """A spatial Pad with zeros, read only by convolutions, is no work of its own: the
+        convolution pads by that much more with the input's zero point — the code of 0, which
+        is what the Pad writes when it keeps the quantisation (exact)."""
+        x = self.input_tensor(node)
+        mode = _attr(node, "mode", b"constant")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        if mode != "constant":
+            raise ModelError(f"{_where(node)}: Pad mode {mode!r}; the accelerator pads with "
+                             "zeros only")
+        if len(node.input) > 3 and node.input[3]:
+            raise ModelError(f"{_where(node)}: Pad with axes is not supported")
+        pads = (self.m.const(node.input[1], node, "pads") if len(node.input) > 1
+                and node.input[1] else np.asarray(_attr(node, "pads", [])))
+        value = (self.m.const(node.input[2], node, "constant value") if len(node.input) > 2
+                 and node.input[2] else np.zeros(()))
+        pads = [int(v) for v in np.asarray(pads).reshape(-1)]
+        if len(pads) != 8 or pads[0] or pads[1] or pads[4] or pads[5] or min(pads) < 0:
+            raise ModelError(f"{_where(node)}: Pad {pads}; the accelerator folds only "
+                             "non-negative padding of height and width")
+        if np.any(np.asarray(value, np.float64) != 0) or qtype != x.qtype:
+            raise ModelError(f"{_where(node)}: Pad with value {value} and quantisation "
+                             f"{qtype} (input {x.qtype}); the accelerator folds only padding "
+                             "with zeros that keeps the quantisation")
+        readers = [r for dq in self.m.consumers.get(out, []) if dq.op_type == "DequantizeLinear"
+                   for r in self.m.consumers.get(dq.output[0], [])]
+        others = {dq.op_type for dq in self.m.consumers.get(out, [])} - {"DequantizeLinear"}
+        if others or not readers or any(r.op_type != "Conv" for r in readers):
+            raise ModelError(f"{_where(node)}: the accelerator folds a Pad into the "
+                             "convolutions that read it; this one is read by "
+                             f"{sorted({r.op_type for r in readers} | others)}")
+        self.alias[out] = x.name
+        self.spatial_pads[out] = (pads[2], pads[3], pads[6], pads[7])
+
+    def folded_pads(self, float_name: str) -> tuple[int, int, int, int]:
+        """The zero padding folded into a convolution reading ``float_name``."""
+        p = self.m.producer.get(float_name)
+        if p is None or p.op_type != "DequantizeLinear":
+            return (0, 0, 0, 0)
+        return self.spatial_pads.get(p.input[0], (0, 0, 0, 0))
 
     def binary_node(self, node, out, qtype):
         a, b = self.input_tensor(node, 0), self.input_tensor(node, 1)

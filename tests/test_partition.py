@@ -301,3 +301,37 @@ def test_resize_with_rounding_off_by_one_stays_on_the_host(tmp_path):
     got = program.run({"x": x}, GoldenModel(TINY).outputs)
     assert all(np.array_equal(want[k], got[k]) for k in want)
 
+
+
+def test_zero_pad_folds_into_the_convolution(tmp_path):
+    """A QDQ model quantised without onnxruntime's pre-processing keeps a zero Pad before a
+    convolution (DequantizeLinear → Pad → QuantizeLinear): the convolution pads by that much
+    more, in one piece and bit-exact."""
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self, xs):
+            self.feeds = iter([{"x": x[None]} for x in xs])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    net = Net((8, 8, 9), seed=1, name="zeropad")
+    a = net.op("Relu", [net.conv("x", 8, 16, 3)])
+    b = net.op("Pad", [a, net.const_int([0, 0, 1, 2, 0, 0, 0, 1])], mode="constant")
+    c = net.op("Relu", [net.conv(b, 16, 16, 3, pads=[0, 0, 0, 0])])
+    onnx.save(net.model([net.conv(c, 16, 8, 1, pads=[0, 0, 0, 0])], opset=13),
+              tmp_path / "float.onnx")
+    path = tmp_path / "zeropad.qdq.onnx"
+    quantize_static(str(tmp_path / "float.onnx"), str(path), Reader(net.samples(4)),
+                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, per_channel=True)
+    assert "Pad" in {n.op_type for n in onnx.load(str(path)).graph.node}
+    program = compile_partitioned(path, TINY)
+    assert isinstance(program, Compiled)
+    assert [n.attrs["pads"] for n in program.graph.nodes if n.op == "conv"][1] == (1, 2, 0, 1)
+    x = net.samples(1, seed=2)
+    want = run_onnxruntime(onnx.load(str(path)), {"x": x})
+    got = program.run({"x": x}, GoldenModel(TINY).outputs)
+    assert all(np.array_equal(want[k], got[k]) for k in want)
