@@ -21,7 +21,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from .ir import Graph, InputTaps, Node, QType, Tensor, check, space_to_depth_conv
+from .ir import (Graph, InputTaps, Node, QType, Tensor, channel_pad_conv, check,
+                 space_to_depth_conv)
 
 __all__ = ["ModelError", "HostPlan", "Imported", "Classification", "load_model", "import_model",
            "classify_nodes", "prepared_model", "SUPPORTED_OPS"]
@@ -44,7 +45,8 @@ SUPPORTED_OPS = {
     "SpaceToDepth": "block size 2 (runs as a one-hot 2x2 stride-2 convolution)",
     "BatchNormalization": "not folded (pre-activation): one table per channel on the input "
                           "side of the next group",
-    "Pad": "zeros in height and width, read only by convolutions (folded into their padding)",
+    "Pad": "zeros: channels (a one-hot 1x1 convolution), or height and width read only by "
+           "convolutions (folded into their padding)",
 }
 _UNARY = {"Relu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh"}
 _ALIASES = {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity"}
@@ -675,9 +677,10 @@ class _Importer:
         self.nodes.append(Node(node.name, op, (x.name,), out, attrs=attrs))
 
     def pad_node(self, node, out, qtype):
-        """A spatial Pad with zeros, read only by convolutions, is no work of its own: the
-        convolution pads by that much more with the input's zero point — the code of 0, which
-        is what the Pad writes when it keeps the quantisation (exact)."""
+        """A Pad with zeros that keeps the quantisation writes the zero point's code. Zero
+        channels (a residual branch widened to the block's width) run as a one-hot 1×1
+        convolution (:func:`~.ir.channel_pad_conv`). Zero rows and columns read only by
+        convolutions are no work of their own: the convolutions pad by that much more."""
         x = self.input_tensor(node)
         mode = _attr(node, "mode", b"constant")
         mode = mode.decode() if isinstance(mode, bytes) else mode
@@ -691,13 +694,22 @@ class _Importer:
         value = (self.m.const(node.input[2], node, "constant value") if len(node.input) > 2
                  and node.input[2] else np.zeros(()))
         pads = [int(v) for v in np.asarray(pads).reshape(-1)]
-        if len(pads) != 8 or pads[0] or pads[1] or pads[4] or pads[5] or min(pads) < 0:
-            raise ModelError(f"{_where(node)}: Pad {pads}; the accelerator folds only "
-                             "non-negative padding of height and width")
+        if len(pads) != 8 or pads[0] or pads[4] or min(pads) < 0:
+            raise ModelError(f"{_where(node)}: Pad {pads}; the accelerator pads channels, "
+                             "height and width, not the batch, and does not crop")
         if np.any(np.asarray(value, np.float64) != 0) or qtype != x.qtype:
             raise ModelError(f"{_where(node)}: Pad with value {value} and quantisation "
-                             f"{qtype} (input {x.qtype}); the accelerator folds only padding "
-                             "with zeros that keeps the quantisation")
+                             f"{qtype} (input {x.qtype}); the accelerator pads only with "
+                             "zeros that keep the quantisation")
+        spatial = (pads[2], pads[3], pads[6], pads[7])
+        if pads[1] or pads[5]:      # zero channels (a residual branch widened): one-hot 1×1
+            if any(spatial):
+                raise ModelError(f"{_where(node)}: Pad {pads} pads channels and height or "
+                                 "width at once; the accelerator does one or the other")
+            c, h, w = x.shape
+            self.add_tensor(out, (pads[1] + c + pads[5], h, w), qtype)
+            self.nodes.append(channel_pad_conv(node.name, x.name, out, c, pads[1], pads[5]))
+            return
         readers = [r for dq in self.m.consumers.get(out, []) if dq.op_type == "DequantizeLinear"
                    for r in self.m.consumers.get(dq.output[0], [])]
         others = {dq.op_type for dq in self.m.consumers.get(out, [])} - {"DequantizeLinear"}
@@ -706,7 +718,7 @@ class _Importer:
                              "convolutions that read it; this one is read by "
                              f"{sorted({r.op_type for r in readers} | others)}")
         self.alias[out] = x.name
-        self.spatial_pads[out] = (pads[2], pads[3], pads[6], pads[7])
+        self.spatial_pads[out] = spatial
 
     def folded_pads(self, float_name: str) -> tuple[int, int, int, int]:
         """The zero padding folded into a convolution reading ``float_name``."""

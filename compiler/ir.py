@@ -221,6 +221,20 @@ class InputTaps:
                                for (y0, y1), (x0, x1) in self.windows()])
 
 
+def channel_pad_conv(name: str, source: str, output: str, channels: int, before: int,
+                     after: int) -> Node:
+    """Zero channels before and after a map as a 1×1 convolution with one-hot weights: output
+    channel ``before + c`` copies ``x[c]``, the others have no weights and give the zero
+    point. With the output quantised as the input, the requantisation is by exactly 1.0."""
+    out = before + channels + after
+    weight = np.zeros((out, channels, 1, 1), np.int8)
+    weight[before + np.arange(channels), np.arange(channels), 0, 0] = 1
+    return Node(name, "conv", (source,), output,
+                attrs=dict(stride=(1, 1), pads=(0, 0, 0, 0), depthwise=False),
+                consts=dict(weight=weight, weight_scale=np.ones(out, np.float32),
+                            weight_zp=np.zeros(out, np.int8), bias=np.zeros(out, np.int32)))
+
+
 def space_to_depth_conv(name: str, source: str, output: str, channels: int) -> Node:
     """SpaceToDepth with block 2 as a 2×2 stride-2 convolution with one-hot weights: output
     channel ``(dy·2 + dx)·C + c`` copies ``x[c, 2i + dy, 2j + dx]``. With the output quantised
