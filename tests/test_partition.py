@@ -194,6 +194,17 @@ def test_segments_on_the_rtl(quantised, name, harness_tiny):
         rtl_matches(harness_tiny, blob, golden)
 
 
+def runs_like_onnxruntime_on_the_rtl(program, path, x, harness):
+    """The whole model on the golden model equals onnxruntime, and each image it gave the
+    accelerator runs on the RTL as :func:`rtl_matches` checks."""
+    blobs, golden = [], GoldenModel(TINY)
+    got = program.run({"x": x}, lambda blob: blobs.append(blob) or golden.outputs(blob))
+    want = run_onnxruntime(onnx.load(str(path)), {"x": x})
+    assert all(np.array_equal(want[k], got[k]) for k in want)
+    for blob in blobs:
+        rtl_matches(harness, blob, golden)
+
+
 def rtl_matches(harness, blob: bytes, golden: GoldenModel):
     """The image on the RTL: no error, the whole DRAM the golden model's, and every group's
     cycles and DRAM bytes the cycle model's."""
@@ -275,13 +286,7 @@ def test_nearest_resize_by_4_and_8_on_the_rtl(tmp_path, harness_tiny, factor, co
     program = compile_partitioned(path, TINY)
     assert isinstance(program, Compiled)
     assert sum(i.upsample for i in program.program.instructions) == factor.bit_length() - 1
-    x = net.samples(1, seed=2)
-    blobs = []
-    golden = GoldenModel(TINY)
-    got = program.run({"x": x}, lambda blob: blobs.append(blob) or golden.outputs(blob))
-    want = run_onnxruntime(onnx.load(str(path)), {"x": x})
-    assert all(np.array_equal(want[k], got[k]) for k in want)
-    rtl_matches(harness_tiny, blobs[0], golden)
+    runs_like_onnxruntime_on_the_rtl(program, path, net.samples(1, seed=2), harness_tiny)
 
 
 def test_resize_with_rounding_off_by_one_stays_on_the_host(tmp_path):
@@ -357,10 +362,4 @@ def test_channel_zero_padding_on_the_rtl(tmp_path, harness_tiny):
     assert isinstance(program, Compiled)
     pad = next(n for n in program.graph.nodes if n.name.startswith("pad"))
     assert pad.op == "conv" and pad.consts["weight"].shape == (16, 8, 1, 1)
-    x = net.samples(1, seed=2)
-    blobs = []
-    golden = GoldenModel(TINY)
-    got = program.run({"x": x}, lambda blob: blobs.append(blob) or golden.outputs(blob))
-    want = run_onnxruntime(onnx.load(str(path)), {"x": x})
-    assert all(np.array_equal(want[k], got[k]) for k in want)
-    rtl_matches(harness_tiny, blobs[0], golden)
+    runs_like_onnxruntime_on_the_rtl(program, path, net.samples(1, seed=2), harness_tiny)
