@@ -2,9 +2,10 @@
 and against the cycle model (DRAM bytes per group exactly, cycles within its tolerance).
 
 Hypothesis draws small CNNs — a chain of convolutions (1×1/3×3/5×5, stride 1 or 2, normal or
-depthwise), activations (Relu, HardSwish, Sigmoid), max/average pools, residual adds and 2×
-upsamples, and "twins" (one weight tensor applied twice in a row, which the second group
-finds in the weight store: ``weights_held``), each run as compiled and in the all-frame
+depthwise), activations (Relu, HardSwish, Sigmoid), max/average pools (2×2/2, and 3×3/1
+with padding 1 for max), residual adds and 2× upsamples, and "twins" (one weight tensor
+applied twice in a row, which the second group finds in the weight store: ``weights_held``),
+each run as compiled and in the all-frame
 policy (maps on chip, weights prefetched) — as a plain tuple (:func:`networks`), so a failing example shrinks to a minimal
 network whose tuple goes into :data:`EXAMPLES`, rerun on every test. ``make test`` draws a few
 networks on ``tiny``; ``make regress`` (SFNPU_REGRESS=1) many on both configurations.
@@ -31,7 +32,7 @@ LAYERS = st.one_of(
                                          st.sampled_from([4, 8, 12, 16, 24]))),
     st.tuples(st.just("dw"), st.tuples(st.sampled_from([3, 5]), st.sampled_from([1, 2]))),
     st.tuples(st.just("act"), st.sampled_from(["Relu", "HardSwish", "Sigmoid"])),
-    st.tuples(st.just("pool"), st.sampled_from(["max", "avg"])),
+    st.tuples(st.just("pool"), st.sampled_from(["max", "avg", "max3"])),
     st.tuples(st.just("add"), st.just(None)),
     st.tuples(st.just("up"), st.just(None)),
     st.tuples(st.just("twin"), st.sampled_from([1, 3])),
@@ -61,6 +62,10 @@ EXAMPLES = [
     # a strided conv and a pool.
     (2, 9, 8, 3, (("conv", (3, 2, 8)), ("pool", "max"))),
     (1, 8, 9, 5, (("conv", (3, 2, 8)), ("pool", "avg"))),
+    # Stride-1 3×3 max pools (overlapping windows, padding 1): one behind the opening conv
+    # and one on its own (a copy group); one of two channel blocks feeding the upsampler.
+    (8, 6, 7, 6, (("pool", "max3"), ("pool", "max3"))),
+    (8, 7, 9, 7, (("conv", (1, 1, 16)), ("pool", "max3"), ("up", None))),
 ]
 #: Specs rerun on ecp5 as well (``make test`` draws on tiny only): a residual add whose input,
 #: shortcut and output all cross ecp5's narrow DRAM bus, so its reads and writes contend; an
@@ -111,6 +116,9 @@ def build(spec):
             h, w = (h - 1) // stride + 1, (w - 1) // stride + 1
         elif kind == "act":
             x = net.op(arg, [x])
+        elif kind == "pool" and arg == "max3":
+            # a stride-1 3×3 max pool with padding 1 (overlapping windows; the size stays)
+            x = net.op("MaxPool", [x], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
         elif kind == "pool" and min(h, w) >= 4:
             attrs = dict(kernel_shape=[2, 2], strides=[2, 2])
             x = net.op("MaxPool" if arg == "max" else "AveragePool", [x], **attrs)

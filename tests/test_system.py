@@ -189,6 +189,34 @@ def avg_pool_net():
     return net, [y]
 
 
+def _max_pool_3x3_s1(net, x):
+    return net.op("MaxPool", [x], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+
+
+def max_pool_s1_net():
+    """Stride-1 max pools with padding (overlapping windows): a 1×1 convolution + ReLU + MaxPool
+    3×3/1 padding 1 on a 6×7 map with two channel blocks, then two more such pools, each a
+    group of its own (a copy): the pool takes a pixel per cycle, plus a cycle per segment for
+    the second window that ends at its last pixel, so with a result per cycle from the array
+    the pool sets the pace."""
+    net = Net((8, 6, 7), seed=15, name="maxpools1")
+    x = _max_pool_3x3_s1(net, net.op("Relu", [net.conv("x", 8, 16, 1, pads=[0, 0, 0, 0])]))
+    x = _max_pool_3x3_s1(net, _max_pool_3x3_s1(net, x))
+    return net, [net.conv(x, 16, 8, 1, pads=[0, 0, 0, 0])]
+
+
+def sppf_net():
+    """YOLO's SPPF in small: its 5×5/1 max pools (padding 2) as two 3×3/1 pools each, in
+    series, and the concat of the input and both pooled maps (written at their channel
+    offsets) into a 1×1 convolution."""
+    net = Net((8, 8, 9), seed=16, name="sppf")
+    x = net.op("Relu", [net.conv("x", 8, 8, 1, pads=[0, 0, 0, 0])])
+    p1 = _max_pool_3x3_s1(net, _max_pool_3x3_s1(net, x))
+    p2 = _max_pool_3x3_s1(net, _max_pool_3x3_s1(net, p1))
+    y = net.op("Concat", [x, p1, p2], axis=1)
+    return net, [net.op("Relu", [net.conv(y, 24, 16, 1, pads=[0, 0, 0, 0])])]
+
+
 def coverage_net():
     """What the other networks leave out (tb/coverage.py): int8 activations, 20×20 maps,
     a 7×7 convolution from 3 to 12 channels (a partly filled block), HardSwish
@@ -292,9 +320,10 @@ def pre_activations(model):
 #: exactly these programs (:func:`regression_programs`).
 REGRESSION = (conv_stack, table_net, concat_net, preact_net, wide_net, residual_net, se_net,
               pool_up_net, avg_pool_net, coverage_net, dense_block, shared_head_net, stem_net,
-              chunked_net, taps_net, row_taps_net, head_stream_net, add_stream_net)
+              chunked_net, taps_net, row_taps_net, head_stream_net, add_stream_net,
+              max_pool_s1_net, sppf_net)
 FRAME_REGRESSION = (residual_net, se_net, conv_stack, wide_net, shared_head_net, stem_net,
-                    chunked_net)
+                    chunked_net, max_pool_s1_net, sppf_net)
 
 
 def clamped(program):
@@ -374,6 +403,8 @@ def run_and_compare(harness, blob):
     (row_taps_net, {ConvKind.NORMAL}),
     (head_stream_net, {ConvKind.NORMAL}),
     (add_stream_net, {ConvKind.NORMAL}),
+    (max_pool_s1_net, {ConvKind.NORMAL, ConvKind.NONE}),
+    (sppf_net, {ConvKind.NORMAL, ConvKind.NONE}),
 ])
 def test_image_matches_golden(harness, tmp_path, build, kinds):
     net, outputs = build()

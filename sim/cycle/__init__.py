@@ -30,8 +30,10 @@ most ``outstanding`` bursts in flight, data ``latency`` cycles after the address
 and shortcut readers command a segment once their FIFO has room for it counting the words in
 flight, and the command arbiter takes the shortcut's first when both are requested; the row
 buffer holds ``6 · places`` rows, each output row takes :func:`~sfnpu.hw.conv_array.row_cycles`
-once its input rows are present, the post-processing chain passes one word per cycle (the
-average pool sums window by window and holds the array when the result FIFO fills), the
+once its input rows are present, the post-processing chain passes one word per cycle (a max
+pool spends a cycle more per row segment on each window after the first that ends at the
+segment's last pixel: stride 1 with padding; the average pool sums window by window and
+holds the array when the result FIFO fills), the
 output writer takes a chunk once all its words are in the write buffer, and the group ends
 when the last output chunk's write response is back (its last word, for an on-chip output).
 The output rows' writes are commanded as the rows leave the post-processing chain, and the

@@ -61,6 +61,15 @@ def gap_outputs(lanes: int, obs: int, block_cycles: int) -> list[int]:
     return outputs
 
 
+def _window_ends(size: int, out: int, k: int, stride: int, pad: int) -> list[int]:
+    """Per output position of one axis, the input position whose arrival completes its
+    window in :class:`sfnpu.hw.maxpool.MaxPool`: window *o*'s last position
+    ``o·stride − pad + k − 1``, clipped to the input. Windows that end at the last position or
+    beyond (padding, ceil mode) complete together; the first of them goes out with the
+    arriving element, each later one costs the stage a cycle of its own with no input."""
+    return [min(o * stride - pad + k - 1, size - 1) for o in range(out)]
+
+
 class PostChain:
     """The chain's pace, pooled row by pooled row (:attr:`py`; :attr:`post`: the cycle its
     last word passed), behind the array's conv rows (:attr:`results`: the cycle each row's
@@ -80,6 +89,18 @@ class PostChain:
         self.results = []
         self.py = 0                     # the next pooled row
         self.post = 0                   # the chain's last word (the upsampler's replay)
+        if instr.pool == Pool.MAX:
+            # The max pool's horizontal stage: the conv column completing each pooled column's
+            # window, and the cycles per segment (a row of one block) in which it emits
+            # windows from stored pixels with no input (stride 1 with padding: the last
+            # ``pad`` windows; ceil mode). It takes a pixel per cycle otherwise, so a segment
+            # occupies it for conv_w + pool_extra cycles: with a result per cycle
+            # (pixel_step 1) the pool, not the array, sets the pace.
+            self.pool_ends = _window_ends(plan.s.conv_w, plan.pooled_w, self.pool_size,
+                                          self.pool_stride, self.pool_pad)
+            self.pool_extra = max(self.pool_ends.count(plan.s.conv_w - 1) - 1, 0)
+        self.pool_time = 0              # the max pool's last cycle on the conv rows it took
+        self.pool_rows = 0              # conv rows the max pool took
 
     def take_row(self, oy: int, start: int, end: int):
         """The array ran conv row ``oy`` from ``start`` to ``end``: its results (with their
@@ -140,6 +161,10 @@ class PostChain:
         plan, instr, writer, latency = self.plan, self.plan.instr, self.writer, self.latency
         obs, results = plan.obs, self.results
         readies = writer.streamed_readies.get(self.py)
+        # A max-pooled row with conv rows the pool has not taken yet goes out at the pool's
+        # own pace (pool_emits); the rows after the input's last (windows in the bottom
+        # padding) are passes over the stored rows, a pooled word per cycle.
+        takes = instr.pool == Pool.MAX and need >= self.pool_rows
         if instr.pool == Pool.GLOBAL_AVG:
             self.post = max(self.post, results[need]) + cost
             if readies is None:
@@ -149,6 +174,19 @@ class PostChain:
                            for _ in range(writer.per_block)]
         elif self.upsampler is not None:
             self.post, readies = self.upsampler.row(self.post, self.pooled_arrivals(need))
+        elif takes:
+            emits = self.pool_emits(need)
+            self.post = self.pool_time
+            # a chunk is in the write buffer once its last word has passed the pool
+            readies = [emits[ob][min((c + 1) * writer.chunk, plan.pooled_w) - 1] + latency
+                       for ob in range(obs) for c in range(writer.per_block)]
+        elif instr.pool == Pool.MAX:
+            # a pass over the stored rows: its words leave a block after another, one per
+            # cycle, right after the pool's last word
+            self.post += cost
+            readies = [self.post + latency - (obs - 1 - ob) * plan.pooled_w
+                       - (plan.pooled_w - min((c + 1) * writer.chunk, plan.pooled_w))
+                       for ob in range(obs) for c in range(writer.per_block)]
         else:
             chained = self.post + cost           # the chain's pace, when it is behind
             self.post = max(chained, results[need])
@@ -166,19 +204,42 @@ class PostChain:
             readies = [self.post + latency - (obs - 1 - ob) * plan.block_cycles
                        - writer.chunk_lag(c)
                        for ob in range(obs) for c in range(writer.per_block)]
-        done = self.post
-        if instr.pool == Pool.MAX and not instr.upsample:
-            # Columns right of the last window pass the pool after its last word.
-            tail = plan.s.conv_w - min((plan.pooled_w - 1) * self.pool_stride - self.pool_pad
-                                       + self.pool_size, plan.s.conv_w)
-            done = max(results[need] - tail * plan.pixel_step, chained - tail)
-        writer.write_row(done + latency, span, readies)
+        writer.write_row(self.post + latency, span, readies)
+
+    def pool_emits(self, need: int) -> list[list[int]]:
+        """The max pool takes the conv rows up to ``need``: the cycle it emits each pooled
+        column's window of row ``need``, per block (in the results' time: a word in the
+        result FIFO at cycle t passes the chain unimpeded at t).
+
+        Its horizontal stage (:class:`sfnpu.hw.maxpool.MaxPool`) takes a row's segments (one
+        per block, a block's pixels in its last pass, a pixel every pixel_step cycles, the
+        row's last at ``results[r]``) a pixel per cycle as they arrive; a window goes out as
+        its last pixel is taken, and the windows after the first that end at the segment's
+        last pixel one per cycle after it, with no input (:attr:`pool_extra`). The next
+        segment's first pixel is taken only after that."""
+        plan, ends = self.plan, self.pool_ends
+        width, obs, step = plan.s.conv_w, plan.obs, plan.pixel_step
+        at_end = ends.index(width - 1) if width - 1 in ends else len(ends)
+        for r in range(self.pool_rows, need + 1):
+            emits = []
+            for ob in range(obs):
+                last = self.results[r] - (obs - 1 - ob) * plan.block_cycles
+                start = self.pool_time           # the stage's last cycle on earlier pixels
+                # pixel e is taken once it has arrived and the pixels before it are taken
+                emits.append([max(start + 1 + e, last - (width - 1 - e) * step)
+                              + max(px - at_end, 0) for px, e in enumerate(ends)])
+                self.pool_time = max(start + width, last) + self.pool_extra
+        self.pool_rows = need + 1
+        return emits
 
     def pooled_arrivals(self, need: int) -> list[list[int]]:
         """When each word of a pooled row reaches the upsampler, its last conv row being
         ``need``: a pooled word follows its window's last column's result, a block's in
-        its last pass, and with an ADD the shortcut word too."""
+        its last pass (at the max pool's pace, :meth:`pool_emits`), and with an ADD the
+        shortcut word too."""
         plan, obs, conv_w = self.plan, self.plan.obs, self.plan.s.conv_w
+        if plan.instr.pool == Pool.MAX and need >= self.pool_rows:
+            return self.pool_emits(need)
         last = self.results[need]
         columns = [min(px * self.pool_stride - self.pool_pad + self.pool_size, conv_w) - 1
                    for px in range(plan.pooled_w)]
