@@ -32,7 +32,7 @@ SUPPORTED_OPS = {
     "Conv": "normal and depthwise, kernel ≤ 7, stride 1/2, any padding, dilation 1",
     "Gemm": "constant weights (runs as a 1x1 or HxW convolution)",
     "MatMul": "constant second operand (runs as a 1x1 convolution)",
-    "MaxPool": "kernel 2/3, stride 1/2",
+    "MaxPool": "kernel 2/3, stride 1/2; k×k stride 1 'same' (SPP, SPPF) as a cascade of 3×3",
     "AveragePool": "kernel 2/3, stride 1/2",
     "GlobalAveragePool": "",
     "Add": "two feature maps of the same shape",
@@ -669,12 +669,33 @@ class _Importer:
             if qtype != x.qtype:
                 raise ModelError(f"{_where(node)}: MaxPool changes the quantisation "
                                  f"({x.qtype} → {qtype}); sfnpu expects it unchanged")
+            if self.max_pool_cascade(node, x, out, qtype, kernel, stride, pads):
+                return
             op = "maxpool"
         else:
             op = "avgpool"
             attrs["count_include_pad"] = int(_attr(node, "count_include_pad", 0))
         self.add_tensor(out, (c, oh, ow), qtype)
         self.nodes.append(Node(node.name, op, (x.name,), out, attrs=attrs))
+
+    def max_pool_cascade(self, node, x, out, qtype, kernel, stride, pads) -> bool:
+        """SPP/SPPF's "same" max pools (k×k, stride 1, padding k // 2, k = 5, 7, 9, …) as
+        (k − 1) / 2 max pools of 3×3: each output's k×k window is the 3×3 window of 3×3
+        windows, and padding never wins a maximum (exact on the codes). False if the pool is
+        not one of them."""
+        k = kernel[0]
+        if not (k > 3 and k % 2 and kernel == (k, k) and stride == (1, 1)
+                and pads == (k // 2,) * 4):
+            return False
+        src, steps = x.name, k // 2
+        for n in range(steps):
+            name = out if n == steps - 1 else f"{out}.pool{n}"
+            self.add_tensor(name, x.shape, qtype)
+            self.nodes.append(Node(node.name if n == 0 else f"{node.name}.pool{n}", "maxpool",
+                                   (src,), name, attrs=dict(kernel=(3, 3), stride=(1, 1),
+                                                            pads=(1, 1, 1, 1))))
+            src = name
+        return True
 
     def pad_node(self, node, out, qtype):
         """A Pad with zeros that keeps the quantisation writes the zero point's code. Zero

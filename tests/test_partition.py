@@ -363,3 +363,24 @@ def test_channel_zero_padding_on_the_rtl(tmp_path, harness_tiny):
     pad = next(n for n in program.graph.nodes if n.name.startswith("pad"))
     assert pad.op == "conv" and pad.consts["weight"].shape == (16, 8, 1, 1)
     runs_like_onnxruntime_on_the_rtl(program, path, net.samples(1, seed=2), harness_tiny)
+
+
+@pytest.mark.parametrize("kernel", [5, 9])
+def test_sppf_max_pools_on_the_rtl(tmp_path, harness_tiny, kernel):
+    """YOLOv5's SPPF (three 5×5 stride-1 max pools in a chain, concatenated) and SPP's 9×9:
+    each pool runs as a cascade of 3×3 max pools, bit-exact on the golden model and the RTL
+    (cycle-exact)."""
+    net = Net((8, 6, 7), seed=kernel, name=f"sppf{kernel}")
+    a = net.op("Relu", [net.conv("x", 8, 8, 1, pads=[0, 0, 0, 0])])
+    pools = [a]
+    for _ in range(3 if kernel == 5 else 1):
+        pools.append(net.op("MaxPool", [pools[-1]], kernel_shape=[kernel, kernel],
+                            strides=[1, 1], pads=[kernel // 2] * 4))
+    x = net.op("Concat", pools, axis=1)
+    path = tmp_path / "sppf.qdq.onnx"
+    quantize_model(net.model([net.conv(x, 8 * len(pools), 8, 1, pads=[0, 0, 0, 0])], opset=13),
+                   path, CalibrationSource.synthetic(4, seed=1))
+    program = compile_partitioned(path, TINY)
+    assert isinstance(program, Compiled)
+    assert sum(n.op == "maxpool" for n in program.graph.nodes) == (len(pools) - 1) * (kernel // 2)
+    runs_like_onnxruntime_on_the_rtl(program, path, net.samples(1, seed=2), harness_tiny)
