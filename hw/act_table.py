@@ -22,7 +22,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .beat import code_beat
+from .beat import code_beat, pass_through
 
 __all__ = ["ActivationTable", "TABLE_ENTRIES"]
 
@@ -179,9 +179,5 @@ class ActivationTable(wiring.Component):
             with m.If(advance):
                 m.d.sync += looked_up_valid.eq(self.i_stream.valid)
         with m.Else():
-            m.d.comb += [
-                self.o_stream.payload.eq(self.i_stream.payload),
-                self.o_stream.valid.eq(self.i_stream.valid),
-                self.i_stream.ready.eq(self.o_stream.ready),
-            ]
+            m.d.comb += pass_through(self.i_stream, self.o_stream)
         return m

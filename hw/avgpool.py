@@ -52,7 +52,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .pipeline import round_half_even
-from .beat import code_beat
+from .beat import code_beat, pass_through
 from .requant import FLOAT32_BIAS
 
 __all__ = ["AvgPool", "Float32Divider", "SumLane", "QuantizeLane", "MAX_HEIGHT"]
@@ -495,11 +495,7 @@ class AvgPool(wiring.Component):
                 self.o_stream.payload.eq(output_codes),
             ]
         with m.Else():
-            m.d.comb += [
-                self.o_stream.payload.eq(self.i_stream.payload),
-                self.o_stream.valid.eq(self.i_stream.valid),
-                self.i_stream.ready.eq(self.o_stream.ready),
-            ]
+            m.d.comb += pass_through(self.i_stream, self.o_stream)
         return m
 
     def _line_buffers(self, m, beat_layout):

@@ -29,7 +29,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from . import pipeline
-from .beat import code_beat
+from .beat import code_beat, pass_through
 from .requant import FLOAT32_BIAS, Requantizer
 
 __all__ = ["ChannelScaleLane", "ChannelScale"]
@@ -383,9 +383,5 @@ class ChannelScale(wiring.Component):
                 self.i_stream.ready.eq(advance & scale_ready),
             ]
         with m.Else():
-            m.d.comb += [
-                self.o_stream.payload.eq(self.i_stream.payload),
-                self.o_stream.valid.eq(self.i_stream.valid),
-                self.i_stream.ready.eq(self.o_stream.ready),
-            ]
+            m.d.comb += pass_through(self.i_stream, self.o_stream)
         return m

@@ -37,7 +37,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from . import pipeline
-from .beat import code_beat
+from .beat import code_beat, pass_through
 from .requant import FLOAT32_BIAS, Requantizer
 
 __all__ = ["EltwiseAddLane", "EltwiseAdd"]
@@ -428,9 +428,5 @@ class EltwiseAdd(wiring.Component):
                 self.s_stream.ready.eq(advance & self.i_stream.valid),
             ]
         with m.Else():
-            m.d.comb += [
-                self.o_stream.payload.eq(self.i_stream.payload),
-                self.o_stream.valid.eq(self.i_stream.valid),
-                self.i_stream.ready.eq(self.o_stream.ready),
-            ]
+            m.d.comb += pass_through(self.i_stream, self.o_stream)
         return m

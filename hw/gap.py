@@ -23,7 +23,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .beat import code_beat
+from .beat import code_beat, pass_through
 from .requant import Requantizer
 
 __all__ = ["GlobalAvgPool", "ACC_BITS"]
@@ -208,9 +208,5 @@ class GlobalAvgPool(wiring.Component):
             with m.If(output_valid & self.o_stream.ready):
                 m.d.sync += busy.eq(0)
         with m.Else():
-            m.d.comb += [
-                self.o_stream.payload.eq(self.i_stream.payload),
-                self.o_stream.valid.eq(self.i_stream.valid),
-                self.i_stream.ready.eq(self.o_stream.ready),
-            ]
+            m.d.comb += pass_through(self.i_stream, self.o_stream)
         return m

@@ -37,7 +37,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .beat import code_beat
+from .beat import code_beat, pass_through
 
 __all__ = ["MaxPool", "MAX_HEIGHT"]
 
@@ -156,11 +156,7 @@ class MaxPool(wiring.Component):
             for lane in range(self.lanes):
                 m.d.comb += self.o_stream.payload[lane].eq(v_maximum[lane] ^ sign_flip)
         with m.Else():
-            m.d.comb += [
-                self.o_stream.payload.eq(self.i_stream.payload),
-                self.o_stream.valid.eq(self.i_stream.valid),
-                self.i_stream.ready.eq(self.o_stream.ready),
-            ]
+            m.d.comb += pass_through(self.i_stream, self.o_stream)
         return m
 
     @staticmethod

@@ -20,7 +20,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .beat import code_beat
+from .beat import code_beat, pass_through
 
 __all__ = ["Upsample2x"]
 
@@ -102,11 +102,7 @@ class Upsample2x(wiring.Component):
         ]
 
         with m.If(~self.enable):
-            m.d.comb += [
-                self.o_stream.payload.eq(self.i_stream.payload),
-                self.o_stream.valid.eq(self.i_stream.valid),
-                self.i_stream.ready.eq(self.o_stream.ready),
-            ]
+            m.d.comb += pass_through(self.i_stream, self.o_stream)
         with m.Elif(~replay):
             m.d.comb += [
                 self.o_stream.payload.eq(self.i_stream.payload),

@@ -17,8 +17,6 @@ the post chain, the average pool's hold) are checked only through the whole acce
 (``tests/test_system.py``).
 """
 
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -35,8 +33,7 @@ from sfnpu.sim.cycle.dram import CommandArbiter, DmaTiming
 from sfnpu.sim.cycle.post_chain import gap_outputs
 from sfnpu.sim.cycle.upsample import Upsampler
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_hw_dma import READ, WRITE, DmaSystem, simulate  # noqa: E402
+from test_hw_dma import READ, WRITE, DmaSystem, simulate
 
 #: Configurations whose DRAM beat takes a whole number of cycles (the model's exact domain):
 #: the three references, and tiny at half its bandwidth, at short and long latency.
