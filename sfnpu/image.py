@@ -29,7 +29,7 @@ import numpy as np
 
 from . import isa
 from .config import HwConfig
-from .layout import accesses, pack_tensor, tensor_bytes, unpack_tensor
+from .layout import accesses, pack_tensor, param_bytes, tensor_bytes, unpack_tensor
 
 __all__ = [
     "MAGIC", "FORMAT_VERSION", "SECTION_ALIGN", "HEADER", "SECTION", "HEADER_FIELDS", "field_offset",
@@ -358,14 +358,22 @@ def _read_sections(blob: bytes, count: int, image_bytes: int) -> list[Section]:
     return sections
 
 
-def _check_accesses(layout: ImageLayout, program: Sequence, config: HwConfig):
+def _check_accesses(layout: ImageLayout, program: Sequence, config: HwConfig, blob: bytes):
     writable = [s for s in layout.sections
                 if s.kind in (SectionKind.OUTPUT, SectionKind.SCRATCH)]
     buffer_size = {isa.MemSpace.BUF0: config.buffer_bytes[0],
                    isa.MemSpace.BUF1: config.buffer_bytes[1],
                    isa.MemSpace.BUF2: config.buffer_bytes[2]}
     for g, instr in enumerate(program):
-        for a in accesses(instr, config):
+        params = None
+        if instr.windowed:
+            size = param_bytes(instr, config)
+            params = blob[instr.params.offset:instr.params.offset + size]
+            if len(params) < size:
+                raise ImageError(f"group {g}: parameter block [{instr.params.offset:#x}, "
+                                 f"{instr.params.offset + size:#x}) with its window record "
+                                 "passes the image's end")
+        for a in accesses(instr, config, params):
             where = f"group {g} {a.operand} [{a.start:#x}, {a.end:#x})"
             if a.space != isa.MemSpace.DRAM:
                 if a.end > buffer_size[a.space]:
@@ -405,7 +413,7 @@ def unpack(blob: bytes, config: HwConfig | None = None) -> Image:
     if len(program) != groups:
         raise ImageError(f"`last` set on group {len(program) - 1}, header says {groups} groups")
     if config is not None:
-        _check_accesses(layout, program, config)
+        _check_accesses(layout, program, config, blob)
     dram = bytearray(image_bytes)
     dram[:len(blob)] = blob
     return Image(layout, fingerprint, program, dram)

@@ -133,7 +133,7 @@ class InstructionLayout(data.Struct):
     sc_zp: 8
     weights_held: 1
     prefetch: 1
-    reserved_w0: 1
+    windowed: 1
     # word 1: convolution and pooling windows
     kh: 3
     kw: 3
@@ -201,6 +201,10 @@ FIELD_DOCS = {
     "prefetch": "1: while this group computes, the controller reads the next instruction and "
                 "loads the next group's weights (a normal convolution's, whole) into the part of "
                 "the weight store this group does not use; the next group sets weights_held",
+    "windowed": "1: the feature-map operands are windows of larger DRAM tensors: the parameter "
+                "block ends with a window record giving each operand's row pitch and channel-"
+                "block pitch in bytes (sfnpu.layout.WINDOW_RECORD); row reuse, DRAM operands "
+                "only",
     "double_buffer": "1: frame reuse takes the weights in output-channel chunks of at most half "
                      "the weight store and loads each next chunk while the current one computes "
                      "(a group whose weights the store holds whole has one chunk)",
@@ -517,6 +521,12 @@ def validate(instr: Instruction) -> None:
         _require_zero(i, ("prefetch",), "on the last group (no next group to prefetch for)")
     if i.conv != ConvKind.NORMAL or i.reuse != Reuse.FRAME:
         _require_zero(i, ("double_buffer",), "except for a normal convolution in frame reuse")
+    if i.windowed:
+        _require(i.reuse == Reuse.ROW, "reuse", i.reuse, "a windowed group runs in row reuse")
+        operands = ["input", "output"] + (["shortcut"] if i.eltwise != Eltwise.NONE else [])
+        for name in operands:
+            _require(getattr(i, name).space == MemSpace.DRAM, name, getattr(i, name),
+                     "a windowed group's feature-map operands are in DRAM")
     if i.conv != ConvKind.NORMAL:
         _require(i.in_c == i.out_c, "out_c", i.out_c,
                  f"{i.conv.name} convolution keeps the channel count (in_c={i.in_c})")

@@ -29,7 +29,8 @@ __all__ = [
     "weight_shape", "weight_bytes", "pack_weights", "unpack_weights", "ParamSection",
     "param_sections", "param_bytes", "pack_params", "unpack_params", "pack_channel_tables",
     "unpack_channel_tables", "Access", "accesses",
-    "conv_output_hw", "STAGES", "POST_RECORD",
+    "conv_output_hw", "STAGES", "POST_RECORD", "WINDOW_RECORD", "Geometry", "geometry",
+    "window_extent",
 ]
 
 #: Alignment of parameter sections (and of the parameter block itself).
@@ -162,6 +163,60 @@ POST_RECORD = np.dtype([("zp", "<i4", (len(STAGES),)), ("signed", "<i4", (len(ST
                         ("eltwise_const", "<f4", (3,)), ("eltwise_swap", "<i4"),
                         ("pool_const", "<f4", (2,))])
 
+#: A windowed group's operand geometry (instruction field ``windowed``), the last section of
+#: its parameter block: for each feature-map operand the bytes from one row to the next
+#: (``row``) and from one channel block to the next (``plane``). A column strip of a wider
+#: tensor reads and writes it in place: the operand's location is the window's first pixel,
+#: the pitches are the whole tensor's.
+WINDOW_RECORD = np.dtype([("in_row", "<u4"), ("in_plane", "<u4"), ("out_row", "<u4"),
+                          ("out_plane", "<u4"), ("sc_row", "<u4"), ("sc_plane", "<u4")])
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Row and channel-block pitches in bytes of a group's input, output and shortcut."""
+    in_row: int
+    in_plane: int
+    out_row: int
+    out_plane: int
+    sc_row: int
+    sc_plane: int
+
+    @classmethod
+    def dense(cls, instr: Instruction, lanes: int) -> "Geometry":
+        """The pitches of tensors stored whole: rows of ``in_w`` / ``out_w`` / conv-output
+        pixels; a CHANNEL_SCALE vector's blocks are one word apart."""
+        h, w = conv_output_hw(instr)
+        sc_plane = h * w * lanes if instr.eltwise == Eltwise.ADD else lanes
+        return cls(instr.in_w * lanes, instr.in_h * instr.in_w * lanes, instr.out_w * lanes,
+                   instr.out_h * instr.out_w * lanes, w * lanes, sc_plane)
+
+    def record(self) -> np.ndarray:
+        rec = np.zeros(1, WINDOW_RECORD)
+        for name in WINDOW_RECORD.names:
+            rec[name] = getattr(self, name)
+        return rec
+
+
+def geometry(instr: Instruction, config: HwConfig, params: bytes | None = None) -> Geometry:
+    """The group's operand pitches: dense, or a windowed group's from the window record of
+    its parameter block ``params``."""
+    if not instr.windowed:
+        return Geometry.dense(instr, config.lanes)
+    if params is None:
+        raise ValueError("a windowed group's geometry is in its parameter block's window "
+                         "record; pass the block")
+    rec = unpack_params(params, instr, config)["window"][0]
+    return Geometry(**{name: int(rec[name]) for name in WINDOW_RECORD.names})
+
+
+def window_extent(rows: int, words: int, blocks: int, row: int, plane: int, lanes: int) -> int:
+    """Bytes from a window's first byte to one past its last: ``blocks`` channel blocks of
+    ``rows`` rows of ``words`` pixels, ``plane`` and ``row`` bytes apart."""
+    if not rows or not words or not blocks:
+        return 0
+    return (blocks - 1) * plane + (rows - 1) * row + words * lanes
+
 def param_sections(instr: Instruction, config: HwConfig) -> list[ParamSection]:
     """The sections of a group's parameter block, in order, with their offsets."""
     out_cp = channel_blocks(instr.out_c, config.to) * config.to
@@ -175,6 +230,8 @@ def param_sections(instr: Instruction, config: HwConfig) -> list[ParamSection]:
     wanted += [("post", POST_RECORD, 1)]
     if instr.act == Activation.TABLE:
         wanted += [("act_table", "u1", 256)]
+    if instr.windowed:
+        wanted += [("window", WINDOW_RECORD, 1)]
     sections, offset = [], 0
     for name, dtype, count in wanted:
         section = ParamSection(name, dtype, count, offset)
@@ -242,23 +299,33 @@ class Access:
     write: bool
 
 
-def accesses(instr: Instruction, config: HwConfig) -> list[Access]:
-    """Every memory range the group reads or writes (for window checks and traffic counts)."""
+def accesses(instr: Instruction, config: HwConfig, params: bytes | None = None
+             ) -> list[Access]:
+    """Every memory range the group reads or writes (for window checks and traffic counts);
+    a windowed group's from the window record in its parameter block ``params``: the span
+    from its window's first byte to its last, which other tiles' windows interleave."""
     lanes = config.lanes
+    geo = geometry(instr, config, params)
 
     def rng(operand: str, loc: Location, start: int, end: int, write=False):
         return Access(operand, loc.space, loc.offset + start, loc.offset + end, write)
 
-    plane = instr.out_h * instr.out_w * lanes
     first_block = instr.out_c_offset // lanes
     end_block = channel_blocks(instr.out_c_offset + instr.out_c, lanes)
+    start = first_block * geo.out_plane
     result = [
-        rng("input", instr.input, 0, tensor_bytes(instr.in_c, instr.in_h, instr.in_w, lanes)),
-        rng("output", instr.output, first_block * plane, end_block * plane, write=True),
+        rng("input", instr.input, 0, window_extent(
+            instr.in_h, instr.in_w, channel_blocks(instr.in_c, lanes), geo.in_row,
+            geo.in_plane, lanes)),
+        rng("output", instr.output, start, start + window_extent(
+            instr.out_h, instr.out_w, end_block - first_block, geo.out_row, geo.out_plane,
+            lanes), write=True),
     ]
+    blocks = channel_blocks(instr.out_c, lanes)
     if instr.eltwise == Eltwise.ADD:
         h, w = conv_output_hw(instr)
-        result.append(rng("shortcut", instr.shortcut, 0, tensor_bytes(instr.out_c, h, w, lanes)))
+        result.append(rng("shortcut", instr.shortcut, 0, window_extent(
+            h, w, blocks, geo.sc_row, geo.sc_plane, lanes)))
     elif instr.eltwise == Eltwise.CHANNEL_SCALE:
         result.append(rng("shortcut", instr.shortcut, 0, tensor_bytes(instr.out_c, 1, 1, lanes)))
     if instr.conv != ConvKind.NONE and not instr.weights_held:

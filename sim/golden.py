@@ -39,19 +39,33 @@ class GoldenModel:
 
     # -- memory helpers (layouts from sfnpu.layout only) ---------------------------------------
 
-    def _read(self, mem: _Memories, loc: isa.Location, c: int, h: int, w: int,
-              signed: bool) -> np.ndarray:
-        size = layout.tensor_bytes(c, h, w, self.config.lanes)
-        raw = mem.space(loc.space)[loc.offset:loc.offset + size]
-        return layout.unpack_tensor(bytes(raw), c, h, w, self.config.lanes, signed)
+    def _window(self, mem: _Memories, loc: isa.Location, blocks: int, h: int, w: int,
+                row: int, plane: int) -> np.ndarray:
+        """The ``(blocks, h, w, lanes)`` bytes of a tensor window at ``loc`` whose rows are
+        ``row`` bytes and channel blocks ``plane`` bytes apart (a view: writes go through)."""
+        lanes = self.config.lanes
+        space = np.frombuffer(mem.space(loc.space), dtype=np.uint8)
+        end = loc.offset + layout.window_extent(h, w, blocks, row, plane, lanes)
+        if end > space.size:
+            raise GoldenError(f"a {blocks}-block {h}x{w} window at {loc} passes the end of "
+                              f"its memory ({space.size} bytes)")
+        return np.lib.stride_tricks.as_strided(space[loc.offset:], (blocks, h, w, lanes),
+                                               (plane, row, lanes, 1))
 
-    def _write(self, mem: _Memories, loc: isa.Location, codes: np.ndarray, c_offset: int):
+    def _read(self, mem: _Memories, loc: isa.Location, c: int, h: int, w: int,
+              signed: bool, row: int, plane: int) -> np.ndarray:
+        lanes = self.config.lanes
+        region = self._window(mem, loc, layout.channel_blocks(c, lanes), h, w, row, plane)
+        codes = region.transpose(0, 3, 1, 2).reshape(-1, h, w)[:c]
+        return codes.view(np.int8).copy() if signed else codes.copy()
+
+    def _write(self, mem: _Memories, loc: isa.Location, codes: np.ndarray, c_offset: int,
+               row: int, plane: int):
         """Write ``codes`` (C, H, W) as channels ``c_offset..`` of a channel-blocked tensor."""
         lanes = self.config.lanes
         c, h, w = codes.shape
-        blocks = layout.channel_blocks(c_offset + c, lanes)
-        region = np.frombuffer(mem.space(loc.space), dtype=np.uint8, count=blocks * h * w * lanes,
-                               offset=loc.offset).reshape(blocks, h, w, lanes)
+        region = self._window(mem, loc, layout.channel_blocks(c_offset + c, lanes), h, w, row,
+                              plane)
         channels = np.arange(c_offset, c_offset + c)
         region[channels // lanes, :, :, channels % lanes] = codes.astype(np.int64) & 0xFF
 
@@ -59,8 +73,9 @@ class GoldenModel:
 
     def _group(self, mem: _Memories, i: isa.Instruction, index: int):
         cfg = self.config
-        params = layout.unpack_params(
-            bytes(mem.dram[i.params.offset:i.params.offset + layout.param_bytes(i, cfg)]), i, cfg)
+        block = bytes(mem.dram[i.params.offset:i.params.offset + layout.param_bytes(i, cfg)])
+        params = layout.unpack_params(block, i, cfg)
+        geo = layout.geometry(i, cfg, block)
         post = params["post"][0]
         stage = {name: k for k, name in enumerate(layout.STAGES)}
 
@@ -69,7 +84,8 @@ class GoldenModel:
             signed = bool(post["signed"][k])
             return int(post["zp"][k]), signed, numeric.qrange(signed)
 
-        x = self._read(mem, i.input, i.in_c, i.in_h, i.in_w, bool(i.in_signed))
+        x = self._read(mem, i.input, i.in_c, i.in_h, i.in_w, bool(i.in_signed), geo.in_row,
+                       geo.in_plane)
         cur_zp, cur_signed = i.in_zp, bool(i.in_signed)
         if i.in_transform == isa.InputTransform.CHANNEL_TABLE:
             cur_zp, cur_signed, _ = qout("in_transform")
@@ -102,9 +118,11 @@ class GoldenModel:
             zp, signed, _ = qout("eltwise")
             if i.eltwise == Eltwise.ADD:
                 h, w_ = layout.conv_output_hw(i)
-                b = self._read(mem, i.shortcut, i.out_c, h, w_, bool(i.sc_signed))
+                b = self._read(mem, i.shortcut, i.out_c, h, w_, bool(i.sc_signed), geo.sc_row,
+                               geo.sc_plane)
             else:
-                b = self._read(mem, i.shortcut, i.out_c, 1, 1, bool(i.sc_signed))
+                b = self._read(mem, i.shortcut, i.out_c, 1, 1, bool(i.sc_signed), cfg.lanes,
+                               geo.sc_plane)
             c0, c1, c2 = (float(v) for v in post["eltwise_const"])
             if i.eltwise == Eltwise.ADD:
                 a_codes, b_codes = (b, y) if post["eltwise_swap"] else (y, b)
@@ -140,7 +158,7 @@ class GoldenModel:
         if y.shape != (i.out_c, i.out_h, i.out_w):
             raise GoldenError(f"group {index}: computed {y.shape}, instruction says "
                               f"{(i.out_c, i.out_h, i.out_w)}")
-        self._write(mem, i.output, y, i.out_c_offset)
+        self._write(mem, i.output, y, i.out_c_offset, geo.out_row, geo.out_plane)
 
     # -- whole programs ---------------------------------------------------------------------
 

@@ -613,7 +613,7 @@ def tiny_harness():
 
 @pytest.mark.parametrize("index, changes, code", [
     (1, {"opcode": 0x5}, ErrorCode.ILLEGAL_OPCODE),
-    (0, {"reserved_w0": 1}, ErrorCode.ILLEGAL_FIELD),
+    (0, {"reserved_w1": 1}, ErrorCode.ILLEGAL_FIELD),
     (2, {"conv": 3}, ErrorCode.ILLEGAL_FIELD),
     (1, {"out_w": 5}, ErrorCode.ILLEGAL_FIELD),
     (2, {"weights.space": 1}, ErrorCode.UNSUPPORTED),  # weights from a buffer: not built

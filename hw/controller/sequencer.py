@@ -310,7 +310,7 @@ class Sequencer(wiring.Component):
         """(reserved bits or undefined enum values or bad sizes, unsupported operands)."""
         instr, L = self.instr, self.config.lanes
         kh, kw = instr.kh, instr.kw
-        reserved = instr.reserved_w0.any() | instr.reserved_w1.any()
+        reserved = instr.reserved_w1.any()
 
         def undefined(field, enum_type):
             return field.as_value() > max(k.value for k in enum_type)
