@@ -10,7 +10,7 @@ from the group before gets ``weights_held`` (:func:`sfnpu.limits.with_held_weigh
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from typing import Mapping
 
@@ -21,6 +21,7 @@ from sfnpu.config import HwConfig
 from sfnpu.isa import Activation, ActOrder, ConvKind, Eltwise, Instruction, Pool, Reuse
 from sfnpu.limits import overflows, with_held_weights
 
+from . import tiling
 from .groups import Group
 from .ir import Graph, IRError, QType
 
@@ -85,6 +86,17 @@ def _stage_names(group: Group) -> list[str]:
     return names
 
 
+def _pool_apart(group: Group) -> tuple[Group, Group] | None:
+    """A group ending in a global pool as two: the layers before the pool, which column strips
+    can split, and the pool alone, which channel slices can (None: nothing to take apart)."""
+    k = next((k for k, n in enumerate(group.nodes) if n.op == "globalavgpool"), 0)
+    if k == 0:
+        return None
+    between = group.nodes[k - 1].output
+    return (replace(group, nodes=group.nodes[:k], output=between, dest=None, channel_offset=0),
+            replace(group, nodes=group.nodes[k:], input=between, shortcut=None))
+
+
 class _Builder:
     def __init__(self, graph: Graph, config: HwConfig):
         self.graph, self.config = graph, config
@@ -104,9 +116,9 @@ class _Builder:
         message = f"group {group.index} ({group.name}): {reason}"
         raise CodegenError(message, {n.name: message for n in ([node] if node else group.nodes)})
 
-    def instruction(self, group: Group) -> tuple[Instruction, dict[str, int]]:
-        """The instruction with DRAM locations still relative (resolved by the caller), and the
-        parameter-section offsets of its weights and parameter block."""
+    def instruction(self, group: Group) -> tuple[Instruction, dict, np.ndarray | None]:
+        """The group's whole instruction (locations unset), its parameter arrays by section
+        and its ONNX-shaped weights (None without a convolution)."""
         g = self.graph
         x = g.tensors[group.input]
         y = g.tensors[group.output]
@@ -171,14 +183,39 @@ class _Builder:
         if "act" in stages and "eltwise" in stages:
             f["act_order"] = ActOrder.BEFORE_ELTWISE
         f.setdefault("conv", ConvKind.NONE)
-        instr = Instruction(**f)
         arrays["post"] = post
-        offsets = {}
-        if weights is not None:
-            offsets["weights"] = self.add_params(layout.pack_weights(weights, instr,
-                                                                     self.config))
-        offsets["params"] = self.add_params(layout.pack_params(instr, self.config, **arrays))
-        return instr, offsets
+        return Instruction(**f), arrays, weights
+
+    def tiles(self, group: Group) -> list[tuple[Group, Instruction, dict[str, int]]]:
+        """The group's instruction — or its tiles' (compiler.tiling), each a group of its own
+        reading and writing windows of the whole tensors — with DRAM locations still
+        relative, and the parameter-section offsets of their weights and parameter blocks."""
+        instr, arrays, weights = self.instruction(group)
+        try:
+            tiles = tiling.plan(instr, arrays, weights, self.config)
+        except tiling.TileError as e:
+            if parts := _pool_apart(group):
+                return [t for part in parts for t in self.tiles(part)]
+            self.fail(group, f"does not fit the on-chip stores of config {self.config.name!r} "
+                      f"(nodes {', '.join(repr(n.name) for n in group.nodes)}): {e}. Use a "
+                      "configuration with larger stores or a smaller input; the accelerator "
+                      "would stop this layer with BUFFER_OVERFLOW")
+        out = []
+        for t in tiles:
+            part = replace(group, part=t.label, window=(t.input_offset, t.output_offset,
+                                                        t.shortcut_offset)) \
+                if t.count > 1 else group
+            arr = dict(t.arrays)
+            if t.instr.windowed:
+                arr["window"] = t.geometry.record()
+            offsets = {}
+            if t.weights is not None:
+                offsets["weights"] = self.add_params(layout.pack_weights(t.weights, t.instr,
+                                                                         self.config))
+            offsets["params"] = self.add_params(layout.pack_params(t.instr, self.config,
+                                                                   **arr))
+            out.append((part, t.instr, offsets))
+        return out
 
     def conv_fields(self, group, node, x_q: QType, y_q: QType, f, arrays) -> np.ndarray:
         w = node.consts["weight"]
@@ -214,7 +251,18 @@ class _Builder:
 def generate(graph: Graph, groups: list[Group], config: HwConfig) -> Program:
     """Emit one instruction per group and plan the DRAM image."""
     b = _Builder(graph, config)
-    drafts = [b.instruction(gr) for gr in groups]
+    drafts, refused = [], []
+    for gr in groups:
+        try:
+            drafts += b.tiles(gr)
+        except CodegenError as e:
+            refused.append(e)
+    if refused:     # every such group at once, for a partition to leave them all to the host
+        more = f" (and {len(refused) - 1} more groups)" if len(refused) > 1 else ""
+        raise CodegenError(str(refused[0]) + more,
+                           {n: why for e in refused for n, why in e.nodes.items()})
+    groups = [replace(gr, index=k) for k, (gr, _, _) in enumerate(drafts)]
+    drafts = [(instr, offsets) for _, instr, offsets in drafts]
 
     lanes = config.lanes
     inputs, outputs = list(graph.inputs), list(graph.outputs)
@@ -244,32 +292,18 @@ def generate(graph: Graph, groups: list[Group], config: HwConfig) -> Program:
         for name in (gr.input, gr.shortcut):
             if name is not None and name not in locations:
                 b.fail(gr, f"reads {name!r}, which no earlier group writes")
-        changes = dict(input=locations[gr.input], output=locations[gr.written],
-                       params=isa.dram(params_base + offsets["params"]),
+        changes = dict(gr.locate(locations), params=isa.dram(params_base + offsets["params"]),
                        last=int(n == len(groups) - 1))
-        if gr.shortcut is not None:
-            changes["shortcut"] = locations[gr.shortcut]
         if "weights" in offsets:
             changes["weights"] = isa.dram(params_base + offsets["weights"])
         program.append(instr.replace(**changes))
     program = with_held_weights(program, config)
-    refused = []
     for gr, instr in zip(groups, program):
         try:
             isa.validate(instr)
         except isa.InstructionError as e:
             b.fail(gr, str(e))
-        if problems := overflows(instr, config):
-            nodes = ", ".join(repr(n.name) for n in gr.nodes)
-            refused.append((gr, f"does not fit the on-chip stores of config {config.name!r} "
-                                f"(nodes {nodes}): {'; '.join(problems)}. Use a configuration "
-                                f"with larger stores or a smaller input; the accelerator would "
-                                f"stop this layer with BUFFER_OVERFLOW"))
-    if refused:     # every such group at once, for a partition to leave them all to the host
-        (first, reason), more = refused[0], len(refused) - 1
-        raise CodegenError(f"group {first.index} ({first.name}): {reason}"
-                           + (f" (and {more} more groups)" if more else ""),
-                           {n.name: f"group {gr.index} ({gr.name}): {why}"
-                            for gr, why in refused for n in gr.nodes})
+        if problems := overflows(instr, config):    # tiling.plan makes every tile fit
+            raise AssertionError(f"group {gr.index} ({gr.name}): {'; '.join(problems)}")
     return Program(config, graph, list(groups), program, bytes(b.params), plan, inputs,
                    outputs, locations)

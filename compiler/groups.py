@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping
 
 from .ir import Graph, IRError, Node
+
+if TYPE_CHECKING:
+    from sfnpu.isa import Location
 
 __all__ = ["Group", "fuse", "shared_weights_back_to_back", "weight_key", "STAGE_ORDER"]
 
@@ -38,10 +42,26 @@ class Group:
     shortcut: str | None = None      # second operand of add / mul
     dest: str | None = None          # concat destination written at ``channel_offset``
     channel_offset: int = 0
+    #: A tile of a group too large for the stores (compiler.tiling): its label, and the byte
+    #: offsets of its input, output and shortcut windows inside the whole DRAM tensors.
+    part: str = ""
+    window: tuple[int, int, int] = (0, 0, 0)
 
     @property
     def name(self) -> str:
-        return self.nodes[0].name if self.nodes else f"copy:{self.output}"
+        name = self.nodes[0].name if self.nodes else f"copy:{self.output}"
+        return f"{name} [{self.part}]" if self.part else name
+
+    def locate(self, locations: Mapping[str, "Location"]) -> dict[str, "Location"]:
+        """The instruction's ``input``, ``output`` and ``shortcut`` at ``locations`` of the
+        whole tensors, moved to this tile's windows (tiles' operands are in DRAM)."""
+        found = {}
+        for role, tensor, offset in zip(("input", "output", "shortcut"),
+                                        (self.input, self.written, self.shortcut), self.window):
+            if tensor is not None:
+                loc = locations[tensor]
+                found[role] = loc.replace(offset=loc.offset + offset) if offset else loc
+        return found
 
     def node(self, op: str) -> Node | None:
         return next((n for n in self.nodes if n.op == op), None)

@@ -205,6 +205,13 @@ def long_path_tensors(graph: Graph, groups: Sequence[Group], blocks: Blocks) -> 
     return {t for t, why in off.items() if why and not on[t]}
 
 
+def tiled_tensors(groups: Sequence[Group]) -> set[str]:
+    """Operands of the tiles of groups too large for the stores (:mod:`.tiling`): they stay
+    in DRAM, where the tiles read and write windows of them."""
+    return {t for g in groups if g.part for t in (g.input, g.written, g.shortcut)
+            if t is not None}
+
+
 def classify(graph: Graph, groups: Sequence[Group], blocks: Blocks,
              modes: Sequence[Reuse], hold_long_paths: bool = False) -> dict[str, str]:
     """Every tensor a group writes → "" if it stays on chip, else why it stays in DRAM.
@@ -219,6 +226,7 @@ def classify(graph: Graph, groups: Sequence[Group], blocks: Blocks,
     """
     gg = blocks.graph
     dests = {g.dest for g in groups if g.dest is not None}
+    tiled = tiled_tensors(groups)
     verdict: dict[str, str] = {}
     for t, writers in gg.writers.items():
         readers = gg.readers.get(t, ())
@@ -226,6 +234,8 @@ def classify(graph: Graph, groups: Sequence[Group], blocks: Blocks,
         vector = graph.tensors[t].shape[1:] == (1, 1)
         if t in gg.graph_outputs:
             why = "network output"
+        elif t in tiled:
+            why = "an operand of a tiled group (tiles read and write DRAM windows)"
         elif t in dests and not hold_long_paths:
             why = "concat destination (route data stays off chip)"
         elif any(modes[w] == Reuse.ROW for w in writers) and not vector:
@@ -423,7 +433,9 @@ def allocate(graph: Graph, groups: Sequence[Group], program: Program, blocks: Bl
 
     ``capacity``: bytes per buffer (None: unlimited, to measure the requirement).
     """
-    modes = policy.group_modes(blocks)
+    # Tiles run in row reuse (isa.validate: windowed groups do).
+    modes = tuple(Reuse.ROW if groups[i].part else mode
+                  for i, mode in enumerate(policy.group_modes(blocks)))
     capacity = None if capacity is None else tuple(capacity)
     reserved: dict[tuple[int, int], int] = {}
     while True:
@@ -443,10 +455,7 @@ def place(program: Program, groups: Sequence[Group], alloc: Allocation) -> list[
     """The program's instructions with the allocation's reuse modes and locations."""
     out = []
     for i, (grp, instr) in enumerate(zip(groups, program.instructions)):
-        changes = dict(reuse=alloc.modes[i], input=alloc.locations[grp.input],
-                       output=alloc.locations[grp.written])
-        if grp.shortcut is not None:
-            changes["shortcut"] = alloc.locations[grp.shortcut]
+        changes = dict(grp.locate(alloc.locations), reuse=alloc.modes[i])
         out.append(instr.replace(**changes))
     return with_held_weights(out, program.config)
 

@@ -50,7 +50,7 @@ from .blocks import GroupGraph, operands
 from .codegen import Program, generate
 from .groups import Group
 from .ir import Graph, Tensor
-from .memory import AllocationError, accesses
+from .memory import AllocationError, accesses, tiled_tensors
 
 __all__ = [
     "ModuleError", "Branch", "Module", "Modules", "detect_modules", "reorder", "insert_loaders",
@@ -406,6 +406,7 @@ class _Allocator:
         self.gg = GroupGraph.build(graph, groups)
         self.config = program.config
         self.capacity = tuple(capacity)
+        self.tiled = tiled_tensors(groups)
 
     def pieces(self, t: str) -> list[_Piece]:
         """Byte ranges of ``t`` each writer fills (a concat part: its channel blocks), busy
@@ -438,8 +439,8 @@ class _Allocator:
     def put(self, state: _State, t: str) -> bool:
         if t in state.base:
             return True
-        if not self.gg.readers.get(t):
-            return False        # never read on chip (a network output)
+        if not self.gg.readers.get(t) or t in self.tiled:
+            return False        # never read on chip (a network output), or a tile's window
         return state.place(t, self.pieces(t), self.forbidden(state, t))
 
     def module(self, state: _State, m: Module, processing: str) -> tuple[_State, int, list[str]]:
@@ -503,9 +504,7 @@ def place(program: Program, groups: Sequence[Group], locations: Mapping[str, Loc
     runs with frame reuse."""
     out = []
     for grp, instr in zip(groups, program.instructions):
-        changes = dict(input=locations[grp.input], output=locations[grp.written])
-        if grp.shortcut is not None:
-            changes["shortcut"] = locations[grp.shortcut]
+        changes = grp.locate(locations)
         if any(loc.space != MemSpace.DRAM for loc in changes.values()):
             changes["reuse"] = Reuse.FRAME
         out.append(instr.replace(**changes))
@@ -718,6 +717,7 @@ def plan_modules(graph: Graph, groups: Sequence[Group], config: HwConfig,
                                                                     max_groups))
     modules = detect_modules(graph2, loaded, config.lanes, max_groups)
     base = generate(graph2, loaded, config)
+    loaded = base.groups        # tiles of groups too large for the stores are groups too
     alloc = allocate(graph2, loaded, base, modules, capacity)
     instructions = place(base, loaded, alloc.locations)
     for n, instr in enumerate(instructions):

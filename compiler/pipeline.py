@@ -153,7 +153,8 @@ def _fuse(state, pipeline):
 
 
 def _generate(state, pipeline):
-    return replace(state, program=generate(state.graph, list(state.groups), state.target)), True
+    program = generate(state.graph, list(state.groups), state.target)
+    return replace(state, groups=tuple(program.groups), program=program), True
 
 
 def _modules(state, pipeline):

@@ -167,8 +167,8 @@ class PiecesResult:
 
 
 def _compiled(graph: Graph, config: HwConfig):
-    groups = fuse(graph)
-    return SimpleNamespace(graph=graph, groups=groups, program=generate(graph, groups, config))
+    program = generate(graph, fuse(graph), config)
+    return SimpleNamespace(graph=graph, groups=program.groups, program=program)
 
 
 def evaluate_pieces(pieces: Sequence[Piece], config: HwConfig) -> PiecesResult:

@@ -116,19 +116,54 @@ def test_unsupported_operators_name_the_node(tmp_path, build, message):
     assert "ONNX node" in str(e.value)
 
 
-@pytest.mark.parametrize("shape, message", [
-    ((16, 4, 260), r"an input row of 260 pixels × 2 channel blocks is 520 words; the row "
-                   r"buffer holds 512"),
-    # On tiny the row (3 channels × 1030 pixels) overflows too; the message lists both.
-    ((3, 4, 1030), r"a conv output row of 1030 pixels exceeds the partial-sum buffer's 1024"),
+def _wide_layers(n: Net, shape, kind: str) -> list[str]:
+    x = n.conv("x", shape[0], 16, 3)
+    if kind == "conv":
+        return [x]
+    if kind == "residual":       # a strip reads its window of the shortcut too
+        y = n.op("Relu", [n.conv(x, 16, 16, 3)])
+        return [n.op("Add", [x, y])]
+    if kind == "pool":           # a pool without padding is recomputed over the halo
+        return [n.op("MaxPool", [n.op("Relu", [x])], kernel_shape=[3, 3], strides=[2, 2])]
+    if kind == "depthwise":      # channel slices of a depthwise layer read their blocks only
+        return [n.conv(n.op("Relu", [x]), 16, 16, 5, pads=[2, 2, 2, 2], group=16)]
+    return [n.op("GlobalAveragePool", [x])]     # the pool is taken apart from the conv
+
+
+@pytest.mark.parametrize("shape, kind", [
+    ((16, 4, 260), "conv"),           # rows wider than the row buffer (520 > 512 words)
+    ((3, 4, 1030), "conv"),           # conv rows wider than the partial-sum buffer (1024)
+    ((16, 5, 300), "residual"),
+    ((16, 7, 301), "pool"),
+    ((8, 6, 400), "depthwise"),
+    ((32, 3, 300), "gap"),
 ])
-def test_layer_beyond_the_stores_is_refused(tmp_path, shape, message):
-    """A layer the accelerator would stop with BUFFER_OVERFLOW is refused at compile time, by
-    ONNX node, instead of becoming a program that fails on the hardware."""
-    n = Net(shape, name="wide")
-    path = quantised(tmp_path, n, [n.conv("x", shape[0], 8, 3)], signed=False)
-    if shape[2] < 1024:
-        compile_model(path, get_config("kcu1500"))      # fits the larger configuration
+def test_layer_beyond_the_stores_is_tiled(tmp_path, shape, kind):
+    """A layer the accelerator would stop with BUFFER_OVERFLOW runs as tiles that each fit
+    (column strips reading windows with halos, channel slices) and gives onnxruntime's bits."""
+    n = Net(shape, name=f"wide_{kind}")
+    path = quantised(tmp_path, n, _wide_layers(n, shape, kind), signed=False)
+    program = compile_model(path, TINY).program
+    tiles = [g for g in program.groups if g.part]
+    assert tiles, "the layer should not fit the stores untiled"
+    assert any(i.windowed for i in program.instructions) == (kind != "depthwise")
+    assert_matches_onnxruntime(path, n)
+
+
+@pytest.mark.parametrize("shape, layers, message", [
+    # one output column of a 3×3 conv over 2048 channels needs 3 × 256 words of a row
+    ((2048, 3, 4), lambda n: [n.conv("x", 2048, 8, 3)], "even in one-column strips"),
+    # a padded pool cannot be split in columns (its padding is the same on every side)
+    ((16, 6, 600), lambda n: [n.op("MaxPool", [n.conv("x", 16, 16, 3)], kernel_shape=[3, 3],
+                                   strides=[2, 2], pads=[1, 1, 1, 1])],
+     "its pool pads every side alike"),
+])
+def test_layer_no_tiling_fits_is_refused(tmp_path, shape, layers, message):
+    """What no tiling can fix is refused at compile time, by ONNX node, instead of becoming a
+    program that fails on the hardware."""
+    n = Net(shape, name="untileable")
+    path = quantised(tmp_path, n, layers(n), signed=False)
     with pytest.raises(CodegenError, match=message) as e:
         compile_model(path, TINY)
     assert "'conv" in str(e.value) and "config 'tiny'" in str(e.value)
+    assert "BUFFER_OVERFLOW" in str(e.value)

@@ -1,0 +1,201 @@
+"""Tiling: a group that overflows an on-chip store runs as several instructions.
+
+:func:`sfnpu.limits.overflows` names every store an instruction exceeds. Instead of refusing
+such a layer, the code generator asks :func:`plan` for tiles, each of which fits:
+
+* **output-channel slices** for the parameter stores (``max_channels``), the pooling line
+  stores, the depthwise weights and the input tables. A slice writes its channels at the
+  destination's channel offset; a depthwise (or conv NONE) slice reads only its own input
+  channel blocks, which also narrows its input rows; the shortcut operand is read from the
+  slice's first block. Slices need no window: every operand is a whole-height, whole-width
+  run of channel blocks.
+* **column strips** for rows wider than the row buffer or the partial-sum buffer (and
+  pooling line stores a slice alone cannot relieve). A strip computes a range of output
+  columns: it reads the input columns they need — the neighbours' columns as a halo, zero
+  padding only at the tensor's own edges — and writes its columns of the output in place.
+  Its operands are *windows* of the whole tensors (``windowed``: the pitches go in the
+  parameter block's window record, :data:`sfnpu.layout.WINDOW_RECORD`), so no tile copies
+  anything. A pool inside the group is recomputed over the strip's halo (only padding-free
+  pools: the instruction's pool padding is the same on every side); a global pool cannot be
+  split by columns.
+
+Every tile is exact with the untiled layer: the same arithmetic on the same codes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from sfnpu import isa, layout
+from sfnpu.config import HwConfig
+from sfnpu.isa import ConvKind, Eltwise, Instruction, Pool
+from sfnpu.limits import overflows
+
+__all__ = ["Tile", "TileError", "plan"]
+
+
+class TileError(ValueError):
+    """No tiling makes the group fit; the message says why."""
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One instruction's share of a tiled group: its instruction (locations still those of the
+    whole tensors), its parameter arrays and weights, and the byte offsets of its operands
+    inside the whole tensors."""
+    instr: Instruction
+    arrays: dict = field(compare=False)
+    weights: np.ndarray | None = field(compare=False)
+    input_offset: int = 0
+    output_offset: int = 0
+    shortcut_offset: int = 0
+    geometry: layout.Geometry | None = None      # windowed: the whole tensors' pitches
+    index: int = 0
+    count: int = 1
+
+    @property
+    def label(self) -> str:
+        return f"tile {self.index + 1}/{self.count}"
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _fits(instr: Instruction, config: HwConfig) -> list[str]:
+    # Tiles are DRAM-to-DRAM; the buffers' extents are the allocator's business.
+    return overflows(instr, config, buffers=False)
+
+
+def _channel_slice(instr: Instruction, arrays: dict, weights, c0: int, c1: int,
+                   config: HwConfig) -> Tile:
+    """Output channels ``c0 … c1-1`` (block-aligned) of the group."""
+    L = config.lanes
+    dense = layout.Geometry.dense(instr, L)
+    per_channel = instr.conv != ConvKind.NORMAL      # depthwise / NONE: input channels too
+    changes = dict(out_c=c1 - c0, out_c_offset=instr.out_c_offset + c0)
+    arr = dict(arrays)
+    for name in ("bias", "multiplier", "weight_zp"):
+        if name in arr:
+            arr[name] = np.asarray(arr[name])[c0:c1]
+    w = None if weights is None else weights[c0:c1]
+    input_offset = 0
+    if per_channel:
+        changes["in_c"] = c1 - c0
+        input_offset = c0 // L * dense.in_plane
+        if "channel_table" in arr:
+            arr["channel_table"] = np.asarray(arr["channel_table"]).reshape(
+                -1, 256 * L)[c0 // L:_ceil_div(c1, L)].reshape(-1)
+    shortcut_offset = 0
+    if instr.eltwise != Eltwise.NONE:
+        shortcut_offset = c0 // L * dense.sc_plane
+    return Tile(instr.replace(**changes), arr, w, input_offset=input_offset,
+                shortcut_offset=shortcut_offset)
+
+
+def _pooled_to_conv(instr: Instruction, p0: int, p1: int, conv_w: int) -> tuple[int, int]:
+    """Conv output columns that pooled columns ``p0 … p1-1`` read."""
+    if instr.pool in (Pool.MAX, Pool.AVG):
+        s, k = instr.pool_stride, instr.pool_size
+        return p0 * s, min(conv_w, (p1 - 1) * s + k)
+    return p0, p1
+
+
+def _strip(whole: Tile, x0: int, x1: int, config: HwConfig, base: Instruction) -> Tile:
+    """Output columns ``x0 … x1-1`` of a (channel-sliced) tile ``whole`` of ``base``."""
+    L = config.lanes
+    i = whole.instr
+    dense = layout.Geometry.dense(base, L)
+    up = 2 if i.upsample else 1
+    p0, p1 = x0 // up, _ceil_div(x1, up)
+    conv_w = layout.conv_output_hw(base)[1]
+    c0, c1 = _pooled_to_conv(i, p0, p1, conv_w)
+    first = c0 * i.sw - i.pad_left
+    last = (c1 - 1) * i.sw - i.pad_left + i.kw           # one past the last input column
+    in0, in1 = max(0, first), min(base.in_w, last)
+    changes = dict(in_w=in1 - in0, out_w=x1 - x0, windowed=1,
+                   pad_left=in0 - first if i.conv != ConvKind.NONE else 0,
+                   pad_right=last - in1 if i.conv != ConvKind.NONE else 0)
+    return replace(
+        whole, instr=i.replace(**changes),
+        input_offset=whole.input_offset + in0 * L,
+        output_offset=whole.output_offset + x0 * L,
+        shortcut_offset=whole.shortcut_offset + (c0 * L if i.eltwise == Eltwise.ADD else 0),
+        geometry=dense)
+
+
+def _strippable(instr: Instruction) -> str:
+    """Why the group cannot run in column strips ('' when it can)."""
+    if instr.pool == Pool.GLOBAL_AVG:
+        return "a global pool needs whole rows"
+    if instr.pool in (Pool.MAX, Pool.AVG) and instr.pool_pad:
+        return "its pool pads every side alike, which an inner strip must not"
+    if instr.upsample and instr.pool != Pool.NONE:
+        return "a pool followed by an upsample"
+    return ""
+
+
+def _strips(whole: Tile, n: int, config: HwConfig, base: Instruction) -> list[Tile]:
+    """``whole`` in ``n`` strips of about equal output width (even with an upsample)."""
+    ow, up = whole.instr.out_w, 2 if whole.instr.upsample else 1
+    units = ow // up
+    bounds = [round(k * units / n) * up for k in range(n + 1)]
+    bounds[-1] = ow
+    return [_strip(whole, a, b, config, base) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def plan(instr: Instruction, arrays: dict, weights, config: HwConfig) -> list[Tile]:
+    """The fewest tiles, each fitting every store of ``config`` — channel slices first, each
+    cut into column strips where it must be; one tile (the group itself) when it fits.
+    Raises :class:`TileError` when no tiling fits."""
+    if not _fits(instr, config):
+        return [Tile(instr, arrays, weights)]
+    L = config.lanes
+    blocks = _ceil_div(instr.out_c, L)
+    why_not = _strippable(instr)
+    best, reasons = None, []
+
+    def cost(tiles):        # fewest tiles; at a tie, fewest strips (no halo re-reads)
+        return len(tiles), sum(t.instr.windowed for t in tiles)
+
+    for per in range(blocks, 0, -1):
+        count = _ceil_div(blocks, per)
+        if best is not None and count > len(best):
+            break
+        slices = [_channel_slice(instr, arrays, weights, k * per * L,
+                                 min(instr.out_c, (k + 1) * per * L), config)
+                  for k in range(count)]
+        tiles = _fitting_strips(slices, config, instr, why_not, best, reasons)
+        if tiles is not None and (best is None or cost(tiles) < cost(best)):
+            best = tiles
+    if best is None:
+        raise TileError(reasons[-1] if reasons else "no tiling fits")
+    return [replace(t, index=k, count=len(best)) for k, t in enumerate(best)]
+
+
+def _fitting_strips(slices: list[Tile], config: HwConfig, base: Instruction, why_not: str,
+                    best: list[Tile] | None, reasons: list[str]) -> list[Tile] | None:
+    """Each slice whole or in the fewest column strips that fit; None if one does not."""
+    tiles = []
+    for sl in slices:
+        problems = _fits(sl.instr, config)
+        if not problems:
+            tiles.append(sl)
+            continue
+        if why_not:
+            reasons.append(f"{'; '.join(problems)}; it cannot run in column strips: {why_not}")
+            return None
+        for n in range(2, sl.instr.out_w + 1):
+            if best is not None and len(tiles) + n > len(best):
+                return None
+            strips = _strips(sl, n, config, base)
+            problems = [p for t in strips for p in _fits(t.instr, config)]
+            if not problems:
+                tiles += strips
+                break
+        else:
+            reasons.append(f"{'; '.join(problems)} even in one-column strips")
+            return None
+    return tiles
