@@ -86,15 +86,24 @@ def _stage_names(group: Group) -> list[str]:
     return names
 
 
-def _pool_apart(group: Group) -> tuple[Group, Group] | None:
-    """A group ending in a global pool as two: the layers before the pool, which column strips
-    can split, and the pool alone, which channel slices can (None: nothing to take apart)."""
-    k = next((k for k, n in enumerate(group.nodes) if n.op == "globalavgpool"), 0)
-    if k == 0:
+def _taken_apart(group: Group) -> tuple[Group, Group] | None:
+    """A group as two where a stage that no tile can split stops it from being tiled: the
+    input tables before a convolution (a convolution cannot split its input channels; the
+    tables alone can be sliced), or a global pool after it (column strips cannot split the
+    pool; the pool alone can be sliced). None: nothing to take apart. The tensor between the
+    two is the graph's own, with its quantisation, so both halves compute the same codes."""
+    ops = [n.op for n in group.nodes]
+    if "globalavgpool" in ops[1:]:
+        k = ops.index("globalavgpool")
+    elif ops[0] == "channel_table" and len(ops) > 1:
+        k = 1
+    else:
         return None
     between = group.nodes[k - 1].output
-    return (replace(group, nodes=group.nodes[:k], output=between, dest=None, channel_offset=0),
-            replace(group, nodes=group.nodes[k:], input=between, shortcut=None))
+    return (replace(group, nodes=group.nodes[:k], output=between, dest=None, channel_offset=0,
+                    shortcut=None if k == 1 and ops[0] == "channel_table" else group.shortcut),
+            replace(group, nodes=group.nodes[k:], input=between,
+                    shortcut=None if ops[k] == "globalavgpool" else group.shortcut))
 
 
 class _Builder:
@@ -194,7 +203,7 @@ class _Builder:
         try:
             tiles = tiling.plan(instr, arrays, weights, self.config)
         except tiling.TileError as e:
-            if parts := _pool_apart(group):
+            if parts := _taken_apart(group):
                 return [t for part in parts for t in self.tiles(part)]
             self.fail(group, f"does not fit the on-chip stores of config {self.config.name!r} "
                       f"(nodes {', '.join(repr(n.name) for n in group.nodes)}): {e}. Use a "
