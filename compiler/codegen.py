@@ -86,15 +86,19 @@ def _stage_names(group: Group) -> list[str]:
     return names
 
 
+_POOLS = ("maxpool", "avgpool", "globalavgpool")
+
+
 def _taken_apart(group: Group) -> tuple[Group, Group] | None:
     """A group as two where a stage that no tile can split stops it from being tiled: the
     input tables before a convolution (a convolution cannot split its input channels; the
-    tables alone can be sliced), or a global pool after it (column strips cannot split the
-    pool; the pool alone can be sliced). None: nothing to take apart. The tensor between the
+    tables alone can be sliced), or a pool after it (column strips cannot split a global or
+    padded pool; the pool alone can be sliced by channel). None: nothing to take apart. The tensor between the
     two is the graph's own, with its quantisation, so both halves compute the same codes."""
     ops = [n.op for n in group.nodes]
-    if "globalavgpool" in ops[1:]:
-        k = ops.index("globalavgpool")
+    pools = [k for k, op in enumerate(ops) if op in _POOLS and k]
+    if pools:
+        k = pools[0]
     elif ops[0] == "channel_table" and len(ops) > 1:
         k = 1
     else:
@@ -103,7 +107,7 @@ def _taken_apart(group: Group) -> tuple[Group, Group] | None:
     return (replace(group, nodes=group.nodes[:k], output=between, dest=None, channel_offset=0,
                     shortcut=None if k == 1 and ops[0] == "channel_table" else group.shortcut),
             replace(group, nodes=group.nodes[k:], input=between,
-                    shortcut=None if ops[k] == "globalavgpool" else group.shortcut))
+                    shortcut=None if ops[k] in _POOLS else group.shortcut))
 
 
 class _Builder:
