@@ -15,15 +15,16 @@ import math
 import struct
 
 import numpy as np
+import onnx
 import pytest
 
 from netbuild import Net, Slice
 from sfnpu import image, isa, layout
 from sfnpu.models import builders
-from sfnpu.compiler.pipeline import compile_model
+from sfnpu.compiler.pipeline import compile_model, run_onnxruntime
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
-from sfnpu.limits import StoreSizes, overflows, prefetch_fits, stages_input
+from sfnpu.limits import StoreSizes, overflows, prefetch_fits, stages_input, with_held_weights
 from sfnpu.compiler.blocks import detect_blocks
 from sfnpu.compiler.memory import Policy, apply_policy, staging
 from sfnpu.isa import Activation, ConvKind, InputTransform, MemSpace, Reuse
@@ -368,6 +369,8 @@ def regression_programs(config, tmp_path):
             yield frame_program(compiled)
             for steps in (1, 2):
                 yield rotated_buffers(frame_program(compiled), steps)
+    for build, widths in STRIPS:
+        yield stripped(tmp_path, build, widths, config)[1].program
 
 
 def run_and_compare(harness, blob):
@@ -570,6 +573,132 @@ def test_activation_tables_are_used(tmp_path):
     assert sum(i.act == Activation.TABLE for i in compiled.program.instructions) >= 2
 
 
+# -- windowed groups: column strips that read and write windows of whole tensors in place -------
+
+def strip_net():
+    """A 3×3 convolution over a 16-channel 8×20 input, to be split into column strips."""
+    net = Net((16, 8, 20), seed=11, name="strips")
+    return net, [net.op("Relu", [net.conv("x", 16, 16, 3)])]
+
+
+def strip_add_net():
+    """Two 3×3 convolutions and a residual ADD of the input, to be split into strips: the
+    second's strips read windows of the first's output and of the shortcut."""
+    net = Net((16, 8, 20), seed=12, name="stripadd")
+    y = net.op("Relu", [net.conv("x", 16, 16, 3)])
+    return net, [net.op("Relu", [net.op("Add", [net.conv(y, 16, 16, 3), "x"])])]
+
+
+def column_strips(compiled, widths):
+    """``compiled`` with group k split into column strips of output widths ``widths[k]``, left
+    to right: windowed groups that read and write windows of the whole tensors in place (a
+    location is the window's first pixel, the window record holds the whole tensors'
+    pitches), an inner strip's input overlapping its neighbours' by the kernel's halo and
+    padded only at the tensor's edges. Each strip has its parameter block (the group's
+    sections and the record); consecutive strips share their weights (weights_held)."""
+    program = compiled.program
+    config, L, old = program.config, program.config.lanes, program.layout
+    params_base = old.base(image.SectionKind.PARAMS)
+    params = bytearray(program.params)
+    drafts = []
+    for instr, strip_widths in zip(program.instructions, widths):
+        assert instr.pool == isa.Pool.NONE and not instr.upsample
+        assert sum(strip_widths) == instr.out_w
+        start = instr.params.offset - params_base
+        sections = layout.unpack_params(
+            program.params[start:start + layout.param_bytes(instr, config)], instr, config)
+        record = layout.Geometry.dense(instr, L).record()    # the whole tensors' pitches
+        x0 = 0
+        for w in strip_widths:
+            first = x0 * instr.sw - instr.pad_left       # the window's input columns
+            end = (x0 + w - 1) * instr.sw - instr.pad_left + instr.kw
+            in_x0, in_x1 = max(first, 0), min(end, instr.in_w)
+            strip = instr.replace(
+                windowed=1, in_w=in_x1 - in_x0, out_w=w,
+                pad_left=in_x0 - first, pad_right=end - in_x1,
+                input=isa.dram(instr.input.offset + in_x0 * L),
+                output=isa.dram(instr.output.offset + x0 * L),
+                weights_held=0, prefetch=0, last=0)
+            if instr.eltwise != isa.Eltwise.NONE:
+                strip = strip.replace(shortcut=isa.dram(instr.shortcut.offset + x0 * L))
+            drafts.append((strip, len(params)))
+            params += layout.pack_params(strip, config, **sections, window=record)
+            x0 += w
+    plan = image.plan(len(drafts), len(params),
+                      [s.tensor for s in old.of_kind(image.SectionKind.INPUT)],
+                      [s.tensor for s in old.of_kind(image.SectionKind.OUTPUT)],
+                      old.section(image.SectionKind.SCRATCH).size, L)
+
+    def moved(loc):
+        """The same place of its section in the new image."""
+        s = next(s for s in old.sections if s.offset <= loc.offset < s.offset + max(s.size, 1))
+        return isa.dram(plan.base(s.kind, s.index) + loc.offset - s.offset)
+
+    strips = []
+    for strip, offset in drafts:
+        changes = dict(input=moved(strip.input), output=moved(strip.output),
+                       weights=moved(strip.weights),
+                       params=isa.dram(plan.base(image.SectionKind.PARAMS) + offset))
+        if strip.eltwise != isa.Eltwise.NONE:
+            changes["shortcut"] = moved(strip.shortcut)
+        strips.append(strip.replace(**changes))
+    strips = with_held_weights(strips[:-1] + [strips[-1].replace(last=1)], config)
+    for strip in strips:
+        isa.validate(strip)
+    return dataclasses.replace(compiled, program=dataclasses.replace(
+        program, instructions=strips, params=bytes(params), layout=plan))
+
+
+#: Programs split into column strips: (network, strip widths per group; None: every group one
+#: windowed strip, its record the dense pitches).
+STRIPS = [(conv_stack, None), (strip_net, [[7, 7, 6]]), (strip_add_net, [[10, 10], [6, 8, 6]])]
+
+
+def stripped(tmp_path, build, widths, config):
+    """The network compiled and split as :data:`STRIPS` says, and its quantised input."""
+    net, outputs = build()
+    compiled, _ = compiled_image(tmp_path, net, outputs, config)
+    widths = widths or [[i.out_w] for i in compiled.program.instructions]
+    return net, column_strips(compiled, widths)
+
+
+@pytest.mark.parametrize("build, widths", STRIPS, ids=["dense", "strips", "add-strips"])
+def test_column_strips(harness, tmp_path, build, widths):
+    """Windowed groups on the RTL: the split program computes the unsplit network (golden
+    model against onnxruntime), the RTL the golden model's DRAM bit for bit and the cycle
+    model's cycles and bytes group by group."""
+    config = harness.config
+    net, split = stripped(tmp_path, build, widths, config)
+    assert all(i.windowed for i in split.program.instructions)
+    x = net.samples(1, seed=0)
+    want = run_onnxruntime(onnx.load(str(tmp_path / f"{net.name}.qdq.onnx")), {"x": x})
+    got = split.run({"x": x}, GoldenModel(config).outputs)
+    assert want.keys() == got.keys()
+    for name in want:
+        assert np.array_equal(want[name], got[name]), name
+    blob = split.program.pack(split.quantise_inputs({"x": x}))
+    result = run_and_compare(harness, blob)
+    assert len(result.group_cycles) == len(split.program.instructions)
+
+
+def test_windowed_program_needs_its_geometries(tmp_path):
+    """The cycle model takes a windowed group's pitches from the image, or from the caller."""
+    config = get_config("tiny")
+    _, split = stripped(tmp_path, strip_net, [[7, 7, 6]], config)
+    model = CycleModel(config)
+    with pytest.raises(ValueError, match="group 0 is windowed"):
+        model.run(split.program.instructions)
+    blob = split.program.pack([np.zeros((16, 8, 20), np.uint8)])
+    img = image.unpack(blob, config)
+    geometries = {k: layout.geometry(i, config, img.dram[i.params.offset:][:layout.param_bytes(
+        i, config)]) for k, i in enumerate(img.program)}
+    assert geometries[1].in_row == 20 * config.lanes       # the whole input's row
+    offset = img.layout.of_kind(image.SectionKind.INSTRUCTIONS)[0].offset
+    assert model.run(split.program.instructions, geometries=geometries,
+                     instructions_offset=offset,
+                     section_count=len(img.layout.sections)).groups == model.run(blob).groups
+
+
 # -- errors: the run stops with the right code and the core returns to idle -----------------------
 
 def instruction_offset(blob, config, index):
@@ -624,6 +753,11 @@ def tiny_harness():
     (2, {"weights_held": 1}, ErrorCode.WEIGHTS_NOT_HELD),  # the store holds group 1's
     (2, {"prefetch": 1}, ErrorCode.ILLEGAL_FIELD),     # the last group: nothing to prefetch
     (0, {"prefetch": 1}, ErrorCode.UNSUPPORTED),       # the next group is depthwise
+    # windowed: row reuse, feature maps in DRAM only (no window record needed to refuse)
+    (1, {"windowed": 1, "reuse": 1}, ErrorCode.UNSUPPORTED),
+    (2, {"windowed": 1, "input.space": 2}, ErrorCode.UNSUPPORTED),
+    (0, {"windowed": 1, "output.space": 1}, ErrorCode.UNSUPPORTED),
+    (1, {"windowed": 1, "eltwise": 1, "shortcut.space": 3}, ErrorCode.UNSUPPORTED),
 ])
 def test_decode_errors(tiny_harness, stack_blob, index, changes, code):
     blob = patch_instruction(stack_blob, tiny_harness.config, index, **changes)

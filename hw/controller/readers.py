@@ -89,8 +89,9 @@ class InputReader(wiring.Component):
         The input is in an on-chip buffer (or the staging buffer); its byte offset.
     stage : In(1)
         Copy the DRAM words to the staging buffer.
-    in_blocks : In(16), in_plane : In(32), in_row_bytes : In(24)
-        Input channel blocks; bytes of one block and of one row of one block.
+    in_blocks : In(16), in_plane : In(32), in_row_bytes : In(32)
+        Input channel blocks; bytes from one block to the next and from one row to the next
+        (the whole tensor's, when the input is a window of it).
     channel_table : In(1)
         The input transform's per-channel tables are on.
     table_write_addr : In(24), table_write_data : In(8 · bus_bytes), table_write_en : In(1)
@@ -117,7 +118,7 @@ class InputReader(wiring.Component):
         members = _reader_members(lanes, addr_width, buffer_words, cmd_layout)
         members.update({
             "local": In(1), "offset": In(32), "stage": In(1),
-            "in_blocks": In(16), "in_plane": In(32), "in_row_bytes": In(24),
+            "in_blocks": In(16), "in_plane": In(32), "in_row_bytes": In(32),
             "channel_table": In(1),
             "table_write_addr": In(24), "table_write_data": In(8 * bus_bytes),
             "table_write_en": In(1),
@@ -240,8 +241,9 @@ class ShortcutReader(wiring.Component):
         The chunk's output blocks.
     conv_h, conv_w : In(12)
         Convolution output shape.
-    sc_plane : In(32)
-        Bytes of one channel block of the residual tensor.
+    sc_plane, sc_row_bytes : In(32)
+        Bytes from one channel block of the shortcut operand to the next (a CHANNEL_SCALE
+        vector's: one word) and from one row of the residual tensor to the next.
     cmd, local_cmd, dram_words, local_words
         As :class:`InputReader`'s.
     o_stream : Out(stream.Signature(8 · lanes))
@@ -254,7 +256,7 @@ class ShortcutReader(wiring.Component):
         members = _reader_members(lanes, addr_width, buffer_words, cmd_layout)
         members.update({
             "ob_base": In(16), "ob_count": In(16), "conv_h": In(12), "conv_w": In(12),
-            "sc_plane": In(32),
+            "sc_plane": In(32), "sc_row_bytes": In(32),
             "o_stream": Out(stream.Signature(8 * lanes)),
         })
         super().__init__(members)
@@ -276,7 +278,7 @@ class ShortcutReader(wiring.Component):
         is_add = instr.eltwise == Eltwise.ADD
         sc_local = instr.shortcut.space != MemSpace.DRAM
         sc_first = (Mux(sc_local, 0, self.base) + instr.shortcut.offset
-                    + Mux(is_add, self.ob_base * sc_plane, self.ob_base << log2(L)))
+                    + self.ob_base * sc_plane)
         sc_words = Mux(is_add, conv_w, ob_count)
         sc_req = self.compute & ~sc_done & (~is_add | (
             fifo.level + sc_outstanding + conv_w <= self.words))
@@ -290,7 +292,7 @@ class ShortcutReader(wiring.Component):
             with m.Elif(sc_ob + 1 < ob_count):
                 m.d.sync += [sc_ob.eq(sc_ob + 1), sc_addr.eq(sc_addr + sc_plane)]
             with m.Else():
-                row = sc_row_addr + (conv_w << log2(L))
+                row = sc_row_addr + self.sc_row_bytes
                 m.d.sync += [sc_ob.eq(0), sc_oy.eq(sc_oy + 1), sc_addr.eq(row),
                              sc_row_addr.eq(row)]
                 with m.If(sc_oy + 1 == self.conv_h):

@@ -28,6 +28,11 @@ _SECTION_WORDS = image.SECTION.size // 4
 _SECTION_KIND_WORD = image.field_offset(image.SECTION_FIELDS, "kind") // 4
 _SECTION_OFFSET_WORD = image.field_offset(image.SECTION_FIELDS, "offset") // 4
 _STEPS = range(MAX_KERNEL * MAX_KERNEL + 1)
+#: The group register each field of a window record (layout.WINDOW_RECORD) goes to.
+_WINDOW_FIELDS = {"in_row": "in_row_bytes", "in_plane": "in_plane", "out_row": "out_row_bytes",
+                  "out_plane": "out_plane", "sc_row": "sc_row_bytes", "sc_plane": "sc_plane"}
+assert set(_WINDOW_FIELDS) == set(layout.WINDOW_RECORD.names)
+_PITCH = 8 * layout.WINDOW_RECORD["in_row"].itemsize     # bits of a pitch: a record's field
 
 
 def group_layout(sizes: StoreSizes) -> data.StructLayout:
@@ -50,11 +55,14 @@ def group_layout(sizes: StoreSizes) -> data.StructLayout:
         "sets": 32,             # weight sets per output row: OB·IB (normal), CB
         "row_words": 32,        # in_blocks·in_w
         "places": range(sizes.row_words + 1),
-        "in_plane": 32,         # bytes of one channel block of the input
-        "out_plane": 32,
-        "sc_plane": 32,         # bytes of one channel block of the residual tensor
-        "in_row_bytes": 24,
-        "out_row_bytes": 24,
+        # Operand pitches in bytes (one channel block, one row): dense from the instruction,
+        # a windowed group's from its window record, as wide as the record's words.
+        "in_plane": _PITCH,
+        "out_plane": _PITCH,
+        "sc_plane": _PITCH,     # of the shortcut operand (CHANNEL_SCALE: a word)
+        "in_row_bytes": _PITCH,
+        "out_row_bytes": _PITCH,
+        "sc_row_bytes": _PITCH,
         "mult_off": 24,         # parameter sections' byte offsets
         "wzp_off": 24,
         "post_off": 24,
@@ -157,6 +165,7 @@ class Sequencer(wiring.Component):
             error_code=Signal(ErrorCode), error_addr=Signal(64),
             weight_steps=Signal(32),                    # sets·P
             param_len=Signal(24),
+            window_off=Signal(24),                      # the window record in the block
             chunk_steps=Signal(32),                     # weight steps of chunk_obs + 1 blocks
             weight_src=Signal(len(self.base)),          # the chunk's weight load
             weight_len=Signal(24),
@@ -325,9 +334,13 @@ class Sequencer(wiring.Component):
                      | ((instr.conv != ConvKind.NORMAL) & (instr.in_c != instr.out_c))
                      | ((instr.conv == ConvKind.NONE) & instr.weights_held)
                      | (instr.prefetch & instr.last))
+        # A windowed group: row reuse, feature-map operands in DRAM (isa.validate).
+        on_chip = ((instr.input.space != MemSpace.DRAM) | (instr.output.space != MemSpace.DRAM)
+                   | ((instr.eltwise != Eltwise.NONE) & (instr.shortcut.space != MemSpace.DRAM)))
         unsupported = ((instr.weights.space != MemSpace.DRAM)
                        | (instr.params.space != MemSpace.DRAM)
-                       | (instr.out_c_offset[:log2(L)] != 0))
+                       | (instr.out_c_offset[:log2(L)] != 0)
+                       | (instr.windowed & ((instr.reuse != Reuse.ROW) | on_chip)))
         return reserved | bad_enum | bad_shape, unsupported
 
     def _decode_states(self, m, r):
@@ -380,16 +393,23 @@ class Sequencer(wiring.Component):
             ct_bytes = Mux(g.has_ct, (g.in_blocks << log2(L)) << 8, 0)
             post_start = align16(ct_start + ct_bytes)
             act_start = align16(post_start + layout.POST_RECORD.itemsize)
+            act_end = Mux(instr.act == Activation.TABLE, act_start + 256, act_start)
+            window_start = align16(act_end)
             m.d.sync += [
                 r.weight_steps.eq(g.sets * g.steps),
                 g.block_words.eq(g.ib_count * g.steps),
-                g.sc_plane.eq((g.conv_h * g.conv_w) << log2(L)),
+                g.sc_plane.eq(Mux(instr.eltwise == Eltwise.ADD,
+                                  (g.conv_h * g.conv_w) << log2(L), L)),
+                g.sc_row_bytes.eq(g.conv_w << log2(L)),
                 g.mult_off.eq(g.param_cp << 2),
                 g.wzp_off.eq(g.param_cp << 3),
                 g.ct_off.eq(ct_start),
                 g.post_off.eq(post_start),
                 g.act_off.eq(act_start),
-                r.param_len.eq(Mux(instr.act == Activation.TABLE, act_start + 256, act_start)),
+                r.window_off.eq(window_start),
+                r.param_len.eq(Mux(instr.windowed,
+                                   window_start + align16(layout.WINDOW_RECORD.itemsize),
+                                   act_end)),
                 r.div_rem.eq(sizes.row_words), r.div_bit.eq(sizes.row_words.bit_length()),
                 g.places.eq(0),
             ]
@@ -426,7 +446,6 @@ class Sequencer(wiring.Component):
         block_words = g.block_words
         out_local = instr.output.space != MemSpace.DRAM
         sc_local = instr.shortcut.space != MemSpace.DRAM
-        is_add = instr.eltwise == Eltwise.ADD
         with m.State("DIVIDE"):
             # places = ⌊row_words_max / row_words⌋, one quotient bit per cycle.
             with m.If(r.div_bit == 0):
@@ -441,7 +460,7 @@ class Sequencer(wiring.Component):
                 size = sizes.buffer_words << log2(L)
                 in_end = instr.input.offset + g.in_blocks * g.in_plane
                 out_end = instr.output.offset + (g.out_block0 + g.out_blocks) * g.out_plane
-                sc_end = instr.shortcut.offset + g.out_blocks * Mux(is_add, g.sc_plane, L)
+                sc_end = instr.shortcut.offset + g.out_blocks * g.sc_plane
                 with m.If((instr.kh > g.places * ROW_BUFFER_ROWS)
                           | ((r.weight_steps > sizes.weight_words) & g.depthwise)
                           | ((instr.input.space != MemSpace.DRAM) & (in_end > size))
@@ -521,8 +540,21 @@ class Sequencer(wiring.Component):
                          r.held_depthwise.eq(g.depthwise), self.held_base.eq(0)]
             m.next = "COMPUTE_START"
 
+        def window_record():
+            # A windowed group's pitches, from its record's fields as their beats pass (the
+            # last lands before COMPUTE_START, where the agents take them). The bus width
+            # divides PARAM_ALIGN, so the record starts a beat and a field sits at byte
+            # at % B of the beat that holds it.
+            rel = self.load_pos - r.window_off
+            for name, register in _WINDOW_FIELDS.items():
+                dtype, at = layout.WINDOW_RECORD.fields[name]
+                k = at % cfg.dram_bus_bytes
+                assert k + dtype.itemsize <= cfg.dram_bus_bytes
+                with m.If(instr.windowed & (rel == at - k)):
+                    m.d.sync += g[register].eq(self.beat.data[8 * k:8 * (k + dtype.itemsize)])
+
         self._transfer(m, r, "PARAM", base + instr.params.offset, r.param_len, after_params,
-                       on_cmd=param_cmd, loading=self.loading_params)
+                       on_cmd=param_cmd, on_beat=window_record, loading=self.loading_params)
         self._transfer(m, r, "WEIGHT", r.weight_src, r.weight_len, after_weights,
                        on_cmd=weight_cmd, loading=self.loading_weights)
         with m.State("COMPUTE_START"):

@@ -79,8 +79,13 @@ last group is an ``ILLEGAL_FIELD``.
 Decode errors: opcode ≠ GROUP → ``ILLEGAL_OPCODE``; reserved bits, undefined
 enum values, zero sizes, kernel/stride/pool window out of range, depthwise or conv NONE with
 ``in_c ≠ out_c``, an output shape that pooling and upsampling cannot give →
-``ILLEGAL_FIELD``; a layer whose rows, parameters, partial sums, pooled rows or depthwise
+``ILLEGAL_FIELD``; a windowed group in frame reuse or with a feature-map operand on chip →
+``UNSUPPORTED``; a layer whose rows, parameters, partial sums, pooled rows or depthwise
 weights exceed the on-chip stores → ``BUFFER_OVERFLOW``.
+Windowed groups (``windowed``): the input, output and shortcut are windows of larger DRAM
+tensors, a column strip of a wide layer read and written in place; the sequencer takes their
+row and channel-block pitches from the window record at the parameter block's end as it
+loads, where other groups' are the dense ones it derives in DECODE/DECODE2.
 
 Stall counters (:class:`~sfnpu.regmap.StallCause`): CONTROL in every running cycle outside
 the compute phase; DRAM_WRITE while ``hold`` is set; DRAM_READ while the row buffer waits for
@@ -310,7 +315,8 @@ class GroupController(wiring.Component):
             m.d.comb += unit.base.eq(seq.base)
         g = seq.group
         for unit, names in (
-                (u.shortcut, ("ob_base", "ob_count", "conv_h", "conv_w", "sc_plane")),
+                (u.shortcut, ("ob_base", "ob_count", "conv_h", "conv_w", "sc_plane",
+                              "sc_row_bytes")),
                 (u.streamer, ("streaming", "steps", "sets", "conv_h", "ib_count",
                               "out_blocks")),
                 (u.replay, ("streaming", "identity", "steps", "ib_count", "ob_count",

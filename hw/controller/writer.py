@@ -46,8 +46,9 @@ class OutputWriter(wiring.Component):
         The image base (DRAM addresses are relative to it).
     ob_base, ob_count, out_block0 : In(16)
         The chunk's first output block and its count; the destination's channel-block offset.
-    out_plane : In(32), out_row_bytes : In(24)
-        Bytes of one channel block and of one row of the output.
+    out_plane : In(32), out_row_bytes : In(32)
+        Bytes from one channel block of the output to the next and from one row to the next
+        (the whole tensor's, when the output is a window of it).
     i_stream : In(stream.Signature(8 · lanes))
         Output words, ``(oy, ob, ox)``.
     cmd : Out(stream.Signature(dma command))
@@ -72,7 +73,7 @@ class OutputWriter(wiring.Component):
             "flush": In(1), "start": In(1), "compute": In(1),
             "instr": In(isa.InstructionLayout), "base": In(addr_width),
             "ob_base": In(16), "ob_count": In(16), "out_block0": In(16),
-            "out_plane": In(32), "out_row_bytes": In(24),
+            "out_plane": In(32), "out_row_bytes": In(32),
             "i_stream": In(stream.Signature(8 * lanes)),
             "cmd": Out(stream.Signature(cmd_layout)),
             "bus": Out(stream.Signature(8 * bus_bytes)),

@@ -33,7 +33,8 @@ class InputReader:
         self.instr, self.plan, self.dram, self.L = instr, plan, dram, L
         self.row_words_max = model.row_words_max
         self.in_dram = instr.input.space == MemSpace.DRAM
-        self.plane = instr.in_h * instr.in_w * L           # one channel block of the input
+        self.plane = plan.geo.in_plane                      # one channel block to the next
+        self.pitch = plan.geo.in_row                        # one row to the next
         self.address = plan.base + instr.input.offset
         self.row_bytes = s.row_words * L                    # one input row, every block
         # The input transform's per-channel table sits between the FIFO and the row buffer.
@@ -97,7 +98,7 @@ class InputReader:
             segments = len(list(together))
             if self.in_dram:
                 # segments cb … of row r: plane apart
-                address = self.address + cb * self.plane + r * in_w * self.L
+                address = self.address + cb * self.plane + r * self.pitch
                 self.in_fifo[r] = self.dram.read(request, address, segments * in_w * self.L,
                                                  segments, self.plane)
                 cb += segments

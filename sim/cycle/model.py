@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from math import ceil
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from sfnpu import image, isa, layout
 from sfnpu.config import HwConfig
@@ -110,13 +110,17 @@ class CycleModel(DmaTiming):
 
     def group(self, instr: Instruction, index: int = 0, fetch_address: int = 0,
               section_count: int | None = None, base: int = 0,
-              next_instr: Instruction | None = None) -> GroupTiming:
+              next_instr: Instruction | None = None,
+              geometry: layout.Geometry | None = None) -> GroupTiming:
         """Model one group. ``fetch_address``: the instruction's byte offset in the image (its
         alignment decides the fetch's beats); ``section_count``: the image's sections, when
         the header and section table are read before this group; ``base``: the image's DRAM
         address (IMAGE_BASE): DRAM locations are offsets from it, and the DMA splits bursts
         at 4 KiB boundaries of the absolute addresses; ``next_instr``: the instruction after
-        it, whose weights a group with ``prefetch`` loads."""
+        it, whose weights a group with ``prefetch`` loads; ``geometry``: its operands'
+        pitches (:func:`sfnpu.layout.geometry`), which a windowed group's addresses need —
+        the dense ones otherwise."""
+        geo = self._geometry(instr, index, geometry)
         s = self.shape(instr)
         chunks = self._chunks(s)
         control, read = self._control(instr, s, fetch_address, section_count, base)
@@ -133,7 +137,8 @@ class CycleModel(DmaTiming):
                 cycles, n = self._weight_read(instr, s, base, ob_base, obs)     # WEIGHT_CMD
                 control += cycles
                 read += n * self.B
-            cycles, r, w, bound = self._compute(later if k else instr, s, obs, ob_base, base)
+            cycles, r, w, bound = self._compute(later if k else instr, s, obs, ob_base, base,
+                                                geo)
             if instr.double_buffer and k + 1 < len(chunks):
                 # the next chunk loads behind this one: CHUNK, PLACE, then its read
                 load, n = self._weight_read(instr, s, base, ob_base + obs, chunks[k + 1])
@@ -152,6 +157,16 @@ class CycleModel(DmaTiming):
         cycles = control + compute + 1                          # + GROUP_END
         return GroupTiming(index, cycles, read, write, instr.reuse, control, compute,
                            max(set(bounds), key=bounds.count))
+
+    def _geometry(self, instr: Instruction, index: int,
+                  geometry: layout.Geometry | None) -> layout.Geometry:
+        if geometry is not None:
+            return geometry
+        if instr.windowed:
+            raise ValueError(f"group {index} is windowed: its operands' pitches are in its "
+                             "parameter block's window record; pass its geometry "
+                             "(sfnpu.layout.geometry), or model the image")
+        return layout.Geometry.dense(instr, self.L)
 
     def _control(self, instr: Instruction, s: Shape, fetch_address: int,
                  section_count: int | None, base: int) -> tuple[int, int]:
@@ -203,16 +218,17 @@ class CycleModel(DmaTiming):
 
     # -- the compute phase ------------------------------------------------------------------
 
-    def _compute(self, instr: Instruction, s: Shape, obs: int, ob_base: int = 0,
-                 base: int = 0):
+    def _compute(self, instr: Instruction, s: Shape, obs: int, ob_base: int,
+                 base: int, geo: layout.Geometry):
         """(cycles, read bytes, write bytes, bound) of one chunk of ``obs`` output blocks from
         block ``ob_base`` on, from the first cycle of COMPUTE to the cycle ``compute_done``
-        rises. DRAM commands carry the controller's addresses (``base``: IMAGE_BASE).
+        rises. DRAM commands carry the controller's addresses (``base``: IMAGE_BASE; ``geo``:
+        the operands' pitches).
 
         The array runs output row by output row (the cycle its last result is out), once the
         row's input rows are in the row buffer, and the post chain behind it: the writes of
         earlier rows share the bus with later rows' reads."""
-        plan = ChunkPlan.of(instr, s, obs, ob_base, base)
+        plan = ChunkPlan.of(instr, s, obs, ob_base, base, geo)
         dram = CommandArbiter(self)
         shortcut = ShortcutReader(self, plan, dram)
         reader = InputReader(self, plan, dram)
@@ -249,16 +265,24 @@ class CycleModel(DmaTiming):
 
     def run(self, program: Sequence[Instruction] | bytes, *,
             instructions_offset: int | None = None, section_count: int | None = None,
-            image_base: int = 0) -> ModelRun:
+            image_base: int = 0,
+            geometries: Mapping[int, layout.Geometry] | None = None) -> ModelRun:
         """Model a whole program: a DRAM image (bytes) or a list of instructions (then the
-        instruction section's offset and the section count default to a typical image's),
+        instruction section's offset and the section count default to a typical image's, and
+        ``geometries`` gives the windowed groups' operand pitches by group index),
         loaded at DRAM address ``image_base`` (IMAGE_BASE: a multiple of ``SECTION_ALIGN``;
         :meth:`sfnpu.tb.system.SystemHarness.run`'s ``base``)."""
+        geometries = dict(geometries or {})
         if isinstance(program, (bytes, bytearray)):
             img = image.unpack(bytes(program), self.config)
             instructions = list(img.program)
             instructions_offset = img.layout.of_kind(image.SectionKind.INSTRUCTIONS)[0].offset
             section_count = len(img.layout.sections)
+            for k, instr in enumerate(instructions):
+                if instr.windowed:      # the window record, from the parameter block
+                    start = instr.params.offset
+                    block = img.dram[start:start + layout.param_bytes(instr, self.config)]
+                    geometries[k] = layout.geometry(instr, self.config, bytes(block))
         else:
             instructions = list(program)
             instructions_offset = image.SECTION_ALIGN if instructions_offset is None \
@@ -272,5 +296,5 @@ class CycleModel(DmaTiming):
             address = instructions_offset + k * isa.WORDS * 4
             nxt = instructions[k + 1] if k + 1 < len(instructions) else None
             run.groups.append(self.group(instr, k, address, section_count if k == 0 else None,
-                                         image_base, nxt))
+                                         image_base, nxt, geometries.get(k)))
         return run

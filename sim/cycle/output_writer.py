@@ -40,7 +40,7 @@ class OutputWriter:
         self.per_block = _ceil_div(instr.out_w, self.chunk)   # segments of a block's row
         self.commands = obs * self.per_block * self.rows_out
         self.last_segment = (instr.out_w - self.chunk * (self.per_block - 1)) * L
-        self.plane = instr.out_h * instr.out_w * L
+        self.plane, self.pitch = plan.geo.out_plane, plan.geo.out_row
         self.first = plan.base + instr.output.offset \
             + (instr.out_c_offset // L + plan.ob_base) * self.plane
         # A streamed row's blocks finish as their weights arrive, far apart: each block's
@@ -57,11 +57,11 @@ class OutputWriter:
     def address(self, k: int) -> int:
         """Address of write command k of a pooled row (controller order: chunks of a
         segment, then blocks, then the output rows of the pooled row)."""
-        obs, per_block, out_w = self.plan.obs, self.per_block, self.plan.instr.out_w
+        obs, per_block = self.plan.obs, self.per_block
         sub, rest = divmod(k, obs * per_block)
         ob, c = divmod(rest, per_block)
         oy = self.rows_written * self.rows_out + sub
-        return self.first + ob * self.plane + oy * out_w * self.L + c * self.chunk * self.L
+        return self.first + ob * self.plane + oy * self.pitch + c * self.chunk * self.L
 
     def write_row(self, done: int, span: int, readies: list[int] | None = None):
         """Command the writes of a pooled row whose last word is in the write buffer at

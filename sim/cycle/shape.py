@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from sfnpu.config import ROW_BUFFER_ROWS
 from sfnpu.isa import Eltwise, Instruction
+from sfnpu.layout import Geometry
 
 __all__ = ["Shape", "ChunkPlan"]
 
@@ -31,13 +32,15 @@ class Shape:
 @dataclass(frozen=True)
 class ChunkPlan:
     """One chunk of ``obs`` output blocks from block ``ob_base`` on, its operands at the
-    controller's addresses (``base``: IMAGE_BASE), and the array's pace over it: one conv row
-    of every pass of the chunk takes ``row`` cycles, a pass ``pass_cycles``."""
+    controller's addresses (``base``: IMAGE_BASE; ``geo``: their pitches), and the array's
+    pace over it: one conv row of every pass of the chunk takes ``row`` cycles, a pass
+    ``pass_cycles``."""
     instr: Instruction
     s: Shape
     obs: int
     ob_base: int
     base: int
+    geo: Geometry
     f0: int                 # fetch cycles of a pass's first pixel
     f1: int                 # of its later ones
     pass_cycles: int
@@ -46,7 +49,8 @@ class ChunkPlan:
     capacity: int           # rows the row buffer holds
 
     @classmethod
-    def of(cls, instr: Instruction, s: Shape, obs: int, ob_base: int, base: int) -> ChunkPlan:
+    def of(cls, instr: Instruction, s: Shape, obs: int, ob_base: int, base: int,
+           geo: Geometry) -> ChunkPlan:
         from sfnpu.hw.conv_array import fetch_cycles
 
         p = s.steps
@@ -54,7 +58,7 @@ class ChunkPlan:
         f1 = fetch_cycles(instr.kh, instr.kw, instr.sw, False)
         pass_cycles = max(p, f0) + (s.conv_w - 1) * max(p, f1)
         passes = (1 if s.depthwise else obs) * s.in_blocks
-        return cls(instr, s, obs, ob_base, base, f0, f1, pass_cycles, passes * pass_cycles,
+        return cls(instr, s, obs, ob_base, base, geo, f0, f1, pass_cycles, passes * pass_cycles,
                    s.ib * pass_cycles, ROW_BUFFER_ROWS * s.places)
 
     @property

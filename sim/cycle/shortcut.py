@@ -30,9 +30,10 @@ class ShortcutReader:
         instr, s, L = plan.instr, plan.s, model.L
         self.plan, self.dram = plan, dram
         self.in_dram = instr.shortcut.space == MemSpace.DRAM
-        self.plane = s.conv_h * s.conv_w * L
-        self.address = plan.base + instr.shortcut.offset \
-            + plan.ob_base * (self.plane if plan.is_add else L)
+        # ADD: the residual tensor's pitches; CHANNEL_SCALE: the vector, read whole from the
+        # chunk's first block
+        self.plane, self.pitch = plan.geo.sc_plane, plan.geo.sc_row
+        self.address = plan.base + instr.shortcut.offset + plan.ob_base * self.plane
         self.segments = s.conv_h * plan.obs if plan.is_add else 0
         self.segment = []       # per segment: its DRAM read, or the local reader's end
         self.local_free = 0     # the on-chip shortcut reader
@@ -82,7 +83,7 @@ class ShortcutReader:
             request = self.taken(taken - 1) + 1 if taken > 0 else 0
             if self.in_dram:
                 oy, ob = divmod(len(self.segment), obs)
-                address = self.address + ob * self.plane + oy * conv_w * self.L
+                address = self.address + ob * self.plane + oy * self.pitch
                 self.segment.append(self.dram.read(request, address, conv_w * self.L, 1, 0,
                                                    SHORTCUT_READER))
             else:
