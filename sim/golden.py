@@ -121,8 +121,12 @@ class GoldenModel:
                 b = self._read(mem, i.shortcut, i.out_c, h, w_, bool(i.sc_signed), geo.sc_row,
                                geo.sc_plane)
             else:
+                if geo.sc_plane != cfg.lanes:
+                    raise GoldenError(f"group {index}: a CHANNEL_SCALE vector's blocks are one "
+                                      f"word apart; the window record says {geo.sc_plane} "
+                                      f"bytes, not {cfg.lanes}")
                 b = self._read(mem, i.shortcut, i.out_c, 1, 1, bool(i.sc_signed), cfg.lanes,
-                               geo.sc_plane)
+                               cfg.lanes)
             c0, c1, c2 = (float(v) for v in post["eltwise_const"])
             if i.eltwise == Eltwise.ADD:
                 a_codes, b_codes = (b, y) if post["eltwise_swap"] else (y, b)

@@ -162,6 +162,75 @@ def _partitioned_bench(workdir: Path, config_names=("kcu1500", "tiny")) -> list[
     return lines + [""]
 
 
+#: Networks of the tiling section: the bundled classifier and a detector (random weights).
+TILING_MODELS = (("pplcnet_orientation", None), ("yolov3", 256))
+
+
+def _roomy(config):
+    """``config`` with stores large enough that nothing tiles (the same array, buffers and
+    DRAM): the reference for what tiling costs. Not a buildable part (no device)."""
+    return config.replace(name=f"{config.name}-roomy", device=None,
+                          row_buffer_bytes=64 * config.row_buffer_bytes,
+                          psum_buffer_bytes=64 * config.psum_buffer_bytes,
+                          max_channels=8192, max_table_channels=8192, pool_row_pixels=1 << 16)
+
+
+def tiling_figures(qdq: Path, config) -> dict:
+    """One model compiled for ``config``: instructions, tiles, the cycle model's cycles and
+    DRAM bytes, and the bytes strips read twice (their halo columns)."""
+    from sfnpu import layout
+    from sfnpu.compiler.pipeline import compile_model
+    from sfnpu.sim.cycle import CycleModel
+
+    program = compile_model(qdq, config).program
+    tensors = program.graph.tensors
+    zeros = [np.zeros(tensors[n].shape, np.int8 if tensors[n].qtype.signed else np.uint8)
+             for n in program.inputs]
+    run = CycleModel(config).run(program.pack(zeros))
+    whole, read = {}, {}
+    for group, instr in zip(program.groups, program.instructions):
+        if group.part:
+            key = (group.input, group.nodes[0].name if group.nodes else group.output)
+            whole[key] = layout.tensor_bytes(*tensors[group.input].shape, config.lanes)
+            read[key] = read.get(key, 0) + layout.tensor_bytes(
+                instr.in_c, instr.in_h, instr.in_w, config.lanes)
+    return dict(instructions=len(program.instructions),
+                tiles=sum(1 for g in program.groups if g.part), cycles=run.cycles,
+                read=run.read_bytes, write=run.write_bytes,
+                halo=sum(read[k] - whole[k] for k in read))
+
+
+def _tiling_bench(workdir: Path, config_names=("tiny", "ecp5", "kcu1500")) -> list[str]:
+    """Each tiling network on each configuration and on its roomy twin; markdown lines."""
+    import onnx
+
+    from sfnpu.compiler.pipeline import ensure_qdq
+    from sfnpu.models import builders
+    from sfnpu.models.catalog import resolve_model
+
+    lines = ["## Tiling: layers larger than the stores", "",
+             "Cycle model, zero inputs. *roomy*: the same configuration with stores large enough "
+             "that nothing tiles.", "",
+             "| network | config | instructions (tiles) | cycles | roomy cycles | "
+             "DRAM read B | roomy read B | halo B |", "| --- | --- | ---: | ---: | ---: | ---: | "
+             "---: | ---: |"]
+    for name, size in TILING_MODELS:
+        if size is None:
+            qdq = resolve_model(name, workdir)[0]
+        else:
+            path = workdir / f"{name}{size}.onnx"
+            onnx.save(builders.build(name, input_size=size), str(path))
+            qdq, _ = ensure_qdq(path, workdir)
+        for config_name in config_names:
+            config = get_config(config_name)
+            t, r = tiling_figures(qdq, config), tiling_figures(qdq, _roomy(config))
+            label = name if size is None else f"{name}@{size}"
+            lines.append(f"| {label} | `{config_name}` | {t['instructions']} ({t['tiles']}) | "
+                         f"{t['cycles']} | {r['cycles']} | {t['read']} | {r['read']} | "
+                         f"{t['halo']} |")
+    return lines + [""]
+
+
 def run_bench(out_dir: Path = Path("build/bench"), config_name: str = "kcu1500",
               models: list[str] | None = None, rtl: bool = True) -> list[dict]:
     from sfnpu.models import builders
@@ -181,6 +250,8 @@ def run_bench(out_dir: Path = Path("build/bench"), config_name: str = "kcu1500",
             progress.advance(task)
         progress.update(task, description=f"{DETECTOR}: partitioned golden model")
         partition_lines = _partitioned_bench(Path(tmp)) if models is None else []
+        progress.update(task, description="tiling: cycle model with and without tiles")
+        partition_lines += _tiling_bench(Path(tmp)) if models is None else []
         rtl_lines = []
         if rtl:
             progress.update(task, description="RTL: Verilator build and default-model run")
