@@ -874,6 +874,43 @@ def test_image_at_nonzero_base(tiny_harness, stack_blob):
     assert model(0).exact < len(result.group_cycles)
 
 
+@pytest.mark.parametrize("output_page_offset", [384, 640])
+def test_full_write_buffer_holds_the_writes_back(tiny_harness, tmp_path, output_page_offset):
+    """A 1×1 convolution over 5×180 pixels (row reuse, DRAM operands): reads and writes share
+    the bus, the write buffer fills and the writer commands a row's later chunks only once the
+    words before have left it; meanwhile the next input row's read takes the command port.
+    With the input 3712 bytes into a 4 KiB page and the output at 384 or 640, the model
+    without that rule was 20 or 4 cycles late (RTL 1990)."""
+    config = tiny_harness.config
+    net = Net((8, 5, 180), seed=8, name="full_write_buffer")
+    compiled, _ = compiled_image(tmp_path, net, [net.conv("x", 8, 8, 1, pads=[0, 0, 0, 0])],
+                                 config)
+    program = compiled.program
+    first = program.instructions[0]
+    base = (3712 - first.input.offset) % 4096                 # the input 3712 into its page
+    end = first.input.offset + layout.tensor_bytes(8, 5, 180, config.lanes)
+    out = end + (output_page_offset - base - end) % 4096      # the output past it, placed
+    out_size = -(-program.layout.section(image.SectionKind.OUTPUT).size
+                 // image.SECTION_ALIGN) * image.SECTION_ALIGN
+    sections = tuple(
+        dataclasses.replace(s, offset=out) if s.kind == image.SectionKind.OUTPUT
+        else dataclasses.replace(s, offset=out + out_size) if s.kind == image.SectionKind.SCRATCH
+        else s for s in program.layout.sections)
+    placed = dataclasses.replace(
+        program, layout=dataclasses.replace(program.layout, sections=sections,
+                                            image_bytes=out + out_size),
+        instructions=[first.replace(output=isa.dram(out))])
+    blob = placed.pack(compiled.quantise_inputs({"x": net.samples(1, seed=0)}))
+    result = tiny_harness.run(blob, base=base)
+    assert result.done and not result.error
+    golden = bytes(GoldenModel(config).run(blob).dram)
+    assert result.dram[base:base + len(golden)] == golden
+    comparison = compare(CycleModel(config).run(blob, image_base=base), result.group_cycles,
+                         result.group_read_bytes, result.group_write_bytes)
+    assert not comparison.problems(), "\n".join(comparison.problems())
+    assert result.group_cycles == [1990]
+
+
 @pytest.mark.skipif(not os.environ.get("SFNPU_REGRESS"),
                     reason="a second Verilator build (with tracing): make regress")
 def test_waves(tmp_path):

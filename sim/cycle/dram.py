@@ -151,7 +151,8 @@ class CommandArbiter:
         self.inflight = (deque(), deque())          # issued: [due, beats left, aw, handle]
         self.completed = ([], [])                   # completion cycles, the last O
         self.accept = [0, 0]                        # cycle the current command was accepted
-        self.write_commands = deque()               # [request, accepted or None]
+        self.write_commands = deque()               # [request, accepted or None, gate]
+        self.write_beats = []                       # cycle of every write beat, in order
         self.issued = [-1, -1]                      # last address cycle
         self.free = 0                               # first cycle the credit allows a beat
         self.prefer_write = True                    # the last beat was a read
@@ -169,7 +170,7 @@ class CommandArbiter:
     # -- submitting and answering -----------------------------------------------------------
 
     def _submit(self, request: int, address: int, nbytes: int, commands: int, stride: int,
-                write: bool, reader: int = INPUT_READER) -> int:
+                write: bool, reader: int = INPUT_READER, gate: int | None = None) -> int:
         m = self.m
         handle = self.handles
         self.handles += 1
@@ -188,7 +189,7 @@ class CommandArbiter:
             if not write:
                 self.readers[reader].append([ceil(request), lengths, handle])
                 continue
-            command = [ceil(request), None]
+            command = [ceil(request), None, gate]
             self.write_commands.append(command)
             for j, n in enumerate(lengths):
                 # a command's first burst carries it; the others follow its address
@@ -204,11 +205,14 @@ class CommandArbiter:
         handle is the cycle after the last beat (the data is in its FIFO from then on)."""
         return self._submit(request, address, nbytes, commands, stride, False, reader)
 
-    def write(self, request: int, address: int, nbytes: int) -> int:
-        """Submit a write of ``nbytes`` to byte ``address`` (its data is in the write buffer
-        from ``request``); :attr:`last_response` is the last write response once
-        :meth:`drain` has run."""
-        return self._submit(request, address, nbytes, 1, 0, True)
+    def write(self, request: int, address: int, nbytes: int, gate: int | None = None) -> int:
+        """Submit a write of ``nbytes`` to byte ``address``, its data in the write buffer from
+        ``request`` on; :attr:`last_response` is the last write response once :meth:`drain`
+        has run. ``gate``: the write beat (counted over the phase) whose word leaving the
+        full write buffer makes room for this command's last word. That word enters in the
+        cycle after the beat and the writer commands the write a cycle later (the FIFO's
+        level is a register), so no earlier than the beat's cycle + 2."""
+        return self._submit(request, address, nbytes, 1, 0, True, gate=gate)
 
     def finish(self, handle: int) -> int:
         """The cycle after the last beat of a submitted transfer."""
@@ -234,6 +238,8 @@ class CommandArbiter:
         while len(inflight) < O:
             if not pending and (write or not self._accept_read()):
                 return
+            if write and pending[0][1] is not None and not self._resolved(pending[0][1]):
+                return                              # its words are not all in the buffer yet
             n, command, handle = pending.popleft()
             issued = self.issued[write]
             if command is not None:                 # a new write command: accepted after the
@@ -247,8 +253,26 @@ class CommandArbiter:
             inflight.append([aw + self.lead[write], n, aw, handle])
         # The outstanding limit holds the next write command's bursts, not its acceptance
         # (the previous command has issued its last burst): the reads it holds back need it.
-        if write and pending and pending[0][1] is not None:
+        if write and pending and pending[0][1] is not None and self._resolved(pending[0][1]):
             pending[0][1][1] = self._accepted(pending[0][1])
+
+    def _resolved(self, command) -> bool:
+        """Whether a write command's request is known: the write beat that makes room in
+        the full write buffer for its last word has moved (then the request follows it)."""
+        gate = command[2]
+        if gate is None:
+            return True
+        if gate >= len(self.write_beats):
+            return False
+        command[0] = max(command[0], ceil(self.write_beats[gate]) + 2)
+        command[2] = None
+        return True
+
+    def _earliest(self, command) -> int:
+        """A lower bound of an unresolved write command's request: its gate beat moves no
+        earlier than the bus allows the beats before it."""
+        ahead = command[2] - len(self.write_beats)
+        return max(command[0], ceil(self.free + ahead * self.beat) + 2)
 
     def _accepted(self, command) -> int:
         """The cycle a write command whose predecessors have issued every burst is accepted."""
@@ -280,7 +304,12 @@ class CommandArbiter:
         moved = True
         while moved:
             moved = False
-            for request, accepted in commands:
+            for command in commands:
+                if not self._resolved(command):
+                    if self._earliest(command) > accept:
+                        continue
+                    return None
+                request, accepted, _ = command
                 if request > accept:
                     continue
                 if accepted is None:
@@ -324,6 +353,8 @@ class CommandArbiter:
             last = t + 2 * (n - 1) * beat
             self.free = last + 2 * beat
             self.prefer_write = write
+            w0 = t if write else t + beat               # the write beats' first cycle
+            self.write_beats.extend(w0 + 2 * i * beat for i in range(n))
             first[0][1] -= n
             second[0][1] -= n
             if not first[0][1]:
@@ -341,6 +372,8 @@ class CommandArbiter:
         last = t + (n - 1) * beat
         self.free = last + beat
         head[1] -= n
+        if write:
+            self.write_beats.extend(t + i * beat for i in range(n))
         self.prefer_write = not write
         if not head[1]:
             self._complete(write, last)

@@ -52,7 +52,20 @@ class OutputWriter:
         self.gap_output = L + Requantizer.LATENCY + 1 if instr.pool == Pool.GLOBAL_AVG else 0
         self.streamed_readies = {}      # pooled row → its streamed chunks' ready cycles
         self.rows_written = 0           # pooled rows commanded
+        # the write buffer (hw.controller.writer): its words, and the bus beats of one
+        self.buffer_words, self.word_beats = model.write_words, L // model.B
+        self.words_commanded = 0        # words of the DRAM writes submitted so far
         self.last_write = 0
+
+    def _write(self, ready: int, address: int, nbytes: int):
+        """Command a DRAM write of ``nbytes`` whose words are in the write buffer at
+        ``ready`` (the chunk is commanded once its last word is in) — or later: a word
+        enters the write buffer (``buffer_words`` deep) only once the word that many before
+        it has left with its last bus beat, so the post chain waits on a full buffer."""
+        self.words_commanded += nbytes // self.L
+        full = self.words_commanded - self.buffer_words      # words that must have left
+        gate = full * self.word_beats - 1 if full > 0 else None
+        self.dram.write(ready, address, nbytes, gate)
 
     def address(self, k: int) -> int:
         """Address of write command k of a pooled row (controller order: chunks of a
@@ -74,9 +87,9 @@ class OutputWriter:
             # words are in the write buffer, the last one when the row is done
             for k in range(commands if not self.streamed else 0):
                 ready = readies[k] if readies else done - span + (k + 1) * span // commands
-                self.dram.write(ready, self.address(k),
-                                self.last_segment if (k + 1) % self.per_block == 0
-                                else chunk * L)
+                self._write(ready, self.address(k),
+                            self.last_segment if (k + 1) % self.per_block == 0
+                            else chunk * L)
         else:
             # The local writer takes a chunk once all its words are in the write
             # buffer and it is idle: a grant cycle, then a word per cycle. Its chunks
@@ -111,9 +124,9 @@ class OutputWriter:
                 - (0 if self.gap_output else self.chunk_lag(c))
             readies.append(ready)
             if self.out_dram:
-                self.dram.write(ready, self.address(ob * self.per_block + c),
-                                self.last_segment if c == self.per_block - 1
-                                else self.chunk * self.L)
+                self._write(ready, self.address(ob * self.per_block + c),
+                            self.last_segment if c == self.per_block - 1
+                            else self.chunk * self.L)
         return readies
 
     def streamed_row(self, oy: int, block_ends: Iterable[int]) -> int:
