@@ -1,7 +1,8 @@
 """Differential testing on random networks: the RTL against the golden model (the whole DRAM)
 and against the cycle model (DRAM bytes per group exactly, cycles within its tolerance).
 
-Hypothesis draws small CNNs — a chain of convolutions (1×1/3×3/5×5, stride 1 or 2, normal or
+Hypothesis draws small CNNs (some with rows wider than the row buffer, which the compiler
+tiles) — a chain of convolutions (1×1/3×3/5×5, stride 1 or 2, normal or
 depthwise), activations (Relu, HardSwish, Sigmoid), max/average pools (2×2/2, and 3×3/1
 with padding 1 for max), residual adds and 2× upsamples, and "twins" (one weight tensor
 applied twice in a row, which the second group finds in the weight store: ``weights_held``),
@@ -39,10 +40,15 @@ LAYERS = st.one_of(
 )
 
 
+#: Widths of the networks drawn: small maps, and rows wider than ``tiny``'s row buffer once
+#: a layer has 24 channels (3 blocks × 180 pixels > 512 words), which the compiler tiles.
+WIDTHS = st.one_of(st.integers(6, 14), st.just(180))
+
+
 @st.composite
 def networks(draw):
     return (draw(st.sampled_from([1, 2, 3, 8, 16])), draw(st.integers(6, 14)),
-            draw(st.integers(6, 14)), draw(st.integers(0, 1 << 16)),
+            draw(WIDTHS), draw(st.integers(0, 1 << 16)),
             tuple(draw(st.lists(LAYERS, min_size=1, max_size=4))))
 
 
@@ -66,6 +72,12 @@ EXAMPLES = [
     # and one on its own (a copy group); one of two channel blocks feeding the upsampler.
     (8, 6, 7, 6, (("pool", "max3"), ("pool", "max3"))),
     (8, 7, 9, 7, (("conv", (1, 1, 16)), ("pool", "max3"), ("up", None))),
+    # Rows of 24 channels wider than tiny's row buffer, run as tiles: column strips reading
+    # their neighbours' columns as halo (a 3×3 conv; a residual add and a max pool in the
+    # strips), channel slices (a depthwise conv reads only its own blocks).
+    (8, 5, 180, 8, (("conv", (3, 1, 24)), ("conv", (3, 1, 8)))),
+    (8, 6, 176, 9, (("conv", (1, 1, 24)), ("add", None), ("pool", "max"))),
+    (8, 5, 180, 10, (("conv", (1, 1, 24)), ("dw", (3, 2)), ("act", "HardSwish"))),
 ]
 #: Specs rerun on ecp5 as well (``make test`` draws on tiny only): a residual add whose input,
 #: shortcut and output all cross ecp5's narrow DRAM bus, so its reads and writes contend; an
