@@ -92,6 +92,9 @@ ECP5_EXAMPLES = [
     # block's writes are commanded as its own pooled words are out.
     (3, 9, 9, 0, (("up", None), ("conv", (1, 1, 24)), ("pool", "max"), ("pool", "avg"))),
     (1, 7, 10, 4, (("add", None), ("up", None))),
+    # Rows of 16 channels wider than ecp5's 256-word row banks: strips of a 3×3 conv and of
+    # a residual add over ecp5's narrow bus.
+    (8, 5, 180, 11, (("conv", (3, 1, 16)), ("add", None))),
 ]
 
 
