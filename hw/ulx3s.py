@@ -44,14 +44,9 @@ SDRAM_READ_DELAY = 1
 
 
 def ulx3s_config() -> HwConfig:
-    """The configuration that fits the LFE5U-85F: ``ecp5`` with Ti = To = 4 and 16 KiB
-    buffers. ``ecp5`` itself (Ti = To = 8, 64 KiB buffers) synthesises to 190 MULT18X18D and
-    381 DP16KD — the part has 156 and 208: besides the MAC array, every lane has float32-exact
-    requantisers and adders built from 18x18 multipliers, and each on-chip buffer is stored
-    once per read port."""
-    KiB = 1024
-    return get_config("ecp5").replace(name="ecp5-ulx3s", ti=4, to=4,
-                                      buffer_bytes=(16 * KiB,) * 3, psum_buffer_bytes=8 * KiB)
+    """The configuration the bitstream holds (``ecp5-ulx3s`` of :data:`sfnpu.config.CONFIGS`,
+    which says why it is not ``ecp5``)."""
+    return get_config("ecp5-ulx3s")
 
 
 def ecp5_pll_settings(ecppll: str, clock_mhz: float) -> tuple[dict, dict, float]:
