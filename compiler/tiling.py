@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from sfnpu import isa, layout
+from sfnpu import layout
 from sfnpu.config import HwConfig
 from sfnpu.isa import ConvKind, Eltwise, Instruction, Pool
 from sfnpu.limits import overflows
