@@ -93,8 +93,9 @@ def _taken_apart(group: Group) -> tuple[Group, Group] | None:
     """A group as two where a stage that no tile can split stops it from being tiled: the
     input tables before a convolution (a convolution cannot split its input channels; the
     tables alone can be sliced), or a pool after it (column strips cannot split a global or
-    padded pool; the pool alone can be sliced by channel). None: nothing to take apart. The tensor between the
-    two is the graph's own, with its quantisation, so both halves compute the same codes."""
+    padded pool; the pool alone can be sliced by channel). None: nothing to take apart. The
+    tensor between the two is the graph's own, with its quantisation, so both halves compute
+    the same codes; the shortcut goes with the half holding the element-wise stage."""
     ops = [n.op for n in group.nodes]
     pools = [k for k, op in enumerate(ops) if op in _POOLS and k]
     if pools:
@@ -104,10 +105,13 @@ def _taken_apart(group: Group) -> tuple[Group, Group] | None:
     else:
         return None
     between = group.nodes[k - 1].output
+
+    def shortcut(ops_of_half):
+        return group.shortcut if {"add", "mul"} & set(ops_of_half) else None
+
     return (replace(group, nodes=group.nodes[:k], output=between, dest=None, channel_offset=0,
-                    shortcut=None if k == 1 and ops[0] == "channel_table" else group.shortcut),
-            replace(group, nodes=group.nodes[k:], input=between,
-                    shortcut=None if ops[k] in _POOLS else group.shortcut))
+                    shortcut=shortcut(ops[:k])),
+            replace(group, nodes=group.nodes[k:], input=between, shortcut=shortcut(ops[k:])))
 
 
 class _Builder:

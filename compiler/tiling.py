@@ -153,7 +153,7 @@ def plan(instr: Instruction, arrays: dict, weights, config: HwConfig) -> list[Ti
     if not _fits(instr, config):
         return [Tile(instr, arrays, weights)]
     L = config.lanes
-    blocks = _ceil_div(instr.out_c, L)
+    blocks = layout.channel_blocks(instr.out_c, L)
     why_not = _strippable(instr)
     best, reasons = None, []
 
