@@ -7,6 +7,7 @@
 #   make report   memory optimizer vs the paper's tables for every paper network (build/report)
 #   make modules  module-level allocation of Inception-V3 beside Kim et al.'s Table 1 (build/modules)
 #   make restructure  dataflow restructuring vs Cipolletta & Calimera (build/restructure)
+#   make dse      design-space sweep on Ray over the bundled spec (build/dse; SPEC=file.toml)
 #   make bitstream  FPGA build (BOARD=ulx3s-85f: .bit with the open flow; kcu105, kcu1500: Vivado
 #                 project); make firmware  the C host program for a memory-mapped board
 
@@ -24,9 +25,10 @@ CONFIG ?= tiny
 BOARD  ?= ulx3s-85f
 SEED   ?= 0
 WAVES  ?=
+SPEC   ?=
 JOBS   ?= auto
 
-.PHONY: all test sim regress bench report modules restructure verilog bitstream firmware docs clean venv
+.PHONY: all test sim regress bench report modules restructure dse verilog bitstream firmware docs clean venv
 
 all: test
 
@@ -53,6 +55,9 @@ docs: $(STAMP)
 
 modules: $(STAMP)
 	$(RUN) $(PY) -m sfnpu.cli modules inception_v3
+
+dse: $(STAMP)
+	$(RUN) $(PY) -m sfnpu.cli dse $(SPEC) -o build/dse
 
 bench report restructure verilog firmware: $(STAMP)
 	$(RUN) $(PY) -m sfnpu.cli $@

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import argparse
 
-from . import (bench, bitstream, bnff, board, compare, compile, configs, docs, firmware, image,
-               modules, report, restructure, run, sim, verilog)
+from . import (bench, bitstream, bnff, board, compare, compile, configs, docs, dse, firmware,
+               image, modules, report, restructure, run, sim, verilog)
 from .common import CliError, console
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 #: Every command, in the order ``sfnpu --help`` lists them.
 COMMANDS = (configs, docs, image, sim, compile, run, compare, bench, verilog, bnff, modules,
-            restructure, report, bitstream, firmware, board)
+            restructure, report, dse, bitstream, firmware, board)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,10 +44,11 @@ def user_errors() -> tuple[type, ...]:
     from sfnpu.sim.golden import GoldenError
     from sfnpu.tools.bitstream import BitstreamError
     from sfnpu.tools.board import LinkError
+    from sfnpu.tools.dse import SpecError
 
     return (CliError, ConfigError, image_format.ImageError, isa.InstructionError, IRError,
             ModelError, QuantizeError, GoldenError, FileNotFoundError, BitstreamError,
-            LinkError, UnknownModel, InputError)
+            LinkError, UnknownModel, InputError, SpecError)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,10 +50,26 @@ class Program:
     inputs: list[str]                   # IR tensor per INPUT section
     outputs: list[str]                  # IR tensor per OUTPUT section
     locations: dict[str, isa.Location] = field(default_factory=dict)
+    #: Window records read so far, by parameter-block offset (:meth:`window`).
+    _windows: dict[int, layout.Geometry] = field(default_factory=dict, init=False, repr=False,
+                                                 compare=False)
 
     def pack(self, inputs: list[np.ndarray]) -> bytes:
         """The DRAM image for these quantised ``(C, H, W)`` inputs."""
         return image.pack(self.layout, self.config, self.instructions, self.params, inputs)
+
+    def window(self, instr: Instruction) -> layout.Geometry | None:
+        """A windowed instruction's operand pitches, from the window record of its parameter
+        block; None for an instruction on dense tensors. ``instr`` may be placed by any
+        policy: placement moves operands, never parameter blocks."""
+        if not instr.windowed:
+            return None
+        if (geo := self._windows.get(instr.params.offset)) is None:
+            start = instr.params.offset - self.layout.base(image.SectionKind.PARAMS)
+            block = self.params[start:start + layout.param_bytes(instr, self.config)]
+            geo = self._windows[instr.params.offset] = layout.geometry(instr, self.config,
+                                                                       block)
+        return geo
 
 
 def _tensor_desc(graph: Graph, name: str) -> image.TensorDesc:

@@ -48,10 +48,10 @@ __all__ = [
     "double_cut_policies", "evaluate", "select", "search", "Progress",
 ]
 
-#: Cycles one placed instruction takes (its reuse mode and operand locations included).
-#: Cycles of one placed instruction, given the next one (``None`` after the last): a group
-#: with ``prefetch`` loads the next group's weights.
-LatencyFn = Callable[[Instruction, Instruction | None], float]
+#: Cycles of one placed instruction (its reuse mode and operand locations included), given
+#: the next one (``None`` after the last: a group with ``prefetch`` loads the next group's
+#: weights) and, for a tile, its operands' pitches (:meth:`~.codegen.Program.window`).
+LatencyFn = Callable[[Instruction, Instruction | None, layout.Geometry | None], float]
 
 
 def conv_macs(instr: Instruction) -> int:
@@ -75,9 +75,11 @@ def _model_latency(config: HwConfig) -> LatencyFn:
 
     model = CycleModel(config)
     cycles = lru_cache(maxsize=1 << 16)(
-        lambda instr, nxt: float(model.group(instr, next_instr=nxt).cycles))
+        lambda instr, nxt, window: float(model.group(instr, next_instr=nxt,
+                                                     geometry=window).cycles))
     # Only a prefetching group's cycles depend on the next instruction.
-    return lambda instr, nxt: cycles(instr, nxt if instr.prefetch else None)
+    return lambda instr, nxt, window=None: cycles(instr, nxt if instr.prefetch else None,
+                                                  window)
 
 
 # --------------------------------------------------------------------------------------------
@@ -202,7 +204,8 @@ def evaluate(compiled, blocks: Blocks, policy: Policy, budget: Budget,
         return Evaluation(policy, None, None, None, (), "; ".join(stores))
     req = requirements(instructions, config, alloc.extents)
     dram = traffic(instructions, config, compiled.groups, compiled.graph)
-    cycles = sum(latency(i, n) for i, n in zip(instructions, instructions[1:] + [None]))
+    cycles = sum(latency(i, n, program.window(i))
+                 for i, n in zip(instructions, instructions[1:] + [None]))
     # Constraint 10 whatever the budget: row reuse past the weight store rereads weights.
     violations = budget.violations(req) + weights_read_again(instructions, config)
     return Evaluation(policy, cycles, req, dram, tuple(violations),

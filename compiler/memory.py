@@ -68,10 +68,11 @@ PSUM_BYTES = 4
 
 
 @lru_cache(maxsize=1 << 16)
-def accesses(instr: Instruction, config: HwConfig) -> tuple[layout.Access, ...]:
+def accesses(instr: Instruction, config: HwConfig, window: layout.Geometry | None = None
+             ) -> tuple[layout.Access, ...]:
     """:func:`sfnpu.layout.accesses`, memoised (policy searches place the same instruction
-    many times)."""
-    return tuple(layout.accesses(instr, config))
+    many times); ``window``: a windowed instruction's pitches (:meth:`Program.window`)."""
+    return tuple(layout.accesses(instr, config, geo=window))
 
 
 class AllocationError(ValueError):
@@ -773,7 +774,8 @@ def requirements(instructions: Sequence[Instruction], config: HwConfig,
 def _extents(instructions: Sequence[Instruction], config: HwConfig) -> tuple[int, int, int]:
     ext = [0, 0, 0]
     for instr in instructions:
-        for acc in accesses(instr, config):
+        # A windowed group's operands are all in DRAM (isa.validate).
+        for acc in () if instr.windowed else accesses(instr, config):
             b = _buf(getattr(instr, acc.operand))
             if b is not None:
                 ext[b] = max(ext[b], acc.end)
@@ -953,13 +955,16 @@ def traffic(instructions: Sequence[Instruction], config: HwConfig,
             groups: Sequence[Group] | None = None, graph: Graph | None = None) -> Traffic:
     """Exact DRAM bytes per group, plus eq. 8 (``groups``/``graph`` give the concat parts and
     the dense sizes; without them the dense figure is 0). A group's bytes are the ones that
-    cross the bus while it runs: a prefetching group's include the next group's weights."""
+    cross the bus while it runs: a prefetching group's include the next group's weights.
+    A tile (a windowed group) moves its windows' bytes, halo columns included: the whole
+    tensors' pitches change its addresses, not its sizes."""
     per = []
     eq8 = eq8_dense = 0
     for i, instr in enumerate(instructions):
         got = {"input": 0, "shortcut": 0, "output": 0, "weights": 0, "params": 0}
         dense = dict.fromkeys(got, 0)
-        for acc in accesses(instr, config):
+        own = layout.Geometry.dense(instr, config.lanes) if instr.windowed else None
+        for acc in accesses(instr, config, own):
             if acc.space == MemSpace.DRAM:
                 # A row-mode layer past the weight store streams its weights once per row.
                 times = weight_reads(instr, config) if acc.operand == "weights" else 1

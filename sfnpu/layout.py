@@ -299,13 +299,14 @@ class Access:
     write: bool
 
 
-def accesses(instr: Instruction, config: HwConfig, params: bytes | None = None
-             ) -> list[Access]:
+def accesses(instr: Instruction, config: HwConfig, params: bytes | None = None,
+             geo: Geometry | None = None) -> list[Access]:
     """Every memory range the group reads or writes (for window checks and traffic counts);
-    a windowed group's from the window record in its parameter block ``params``: the span
-    from its window's first byte to its last, which other tiles' windows interleave."""
+    a windowed group's from the window record in its parameter block ``params`` (or its
+    pitches ``geo``, read from it before): the span from its window's first byte to its
+    last, which other tiles' windows interleave."""
     lanes = config.lanes
-    geo = geometry(instr, config, params)
+    geo = geo or geometry(instr, config, params)
 
     def rng(operand: str, loc: Location, start: int, end: int, write=False):
         return Access(operand, loc.space, loc.offset + start, loc.offset + end, write)

@@ -108,7 +108,7 @@ def test_search_minimises_the_given_latency(resnet18):
     assert result.best.traffic.total == min(e.traffic.total for e in ties)
     # Any latency callable: one that prefers row reuse picks the most row-mode groups that fit.
     rowish = search(compiled, blocks=blocks,
-                    latency=lambda i, _: 1.0 if i.reuse == Reuse.ROW else 2.0)
+                    latency=lambda i, _next, _window: 1.0 if i.reuse == Reuse.ROW else 2.0)
     most_row = max(sum(m == R for m in e.policy.group_modes(blocks)) for e in rowish.feasible)
     assert sum(m == R for m in rowish.best.policy.group_modes(blocks)) == most_row
     # The SRAM objective picks the smallest eq. 6 among the same candidates.
@@ -285,7 +285,7 @@ def test_bifpn_has_two_r_plus_one_segments(feature_networks):
     assert [segment_of[r] for r in _resize_blocks(compiled, blocks)] == [1, 1, 3, 3]
 
 
-def _quasi_random_latency(instr, _next) -> float:
+def _quasi_random_latency(instr, _next, _window) -> float:
     """A deterministic latency with no structure to exploit, so ties are unlikely."""
     key = (instr.in_c, instr.in_h, instr.out_h, instr.conv.value, instr.reuse.value,
            instr.input.space.value, instr.output.space.value)

@@ -10,6 +10,8 @@
 * the largest trained detector (PP-OCRv4's text detector at 320×320) run whole, partitioned:
   the golden model's time with the host segments (target ≤ 5 s), the MAC share on the
   accelerator, agreement with onnxruntime;
+* design-space exploration (:mod:`.dse`): points per second serial and on a local Ray, and
+  a 1 000-point sweep's time;
 * the RTL on Verilator (config ``tiny``): the Verilator build time of the whole accelerator
   from scratch and the simulation speed on the bundled default model (target ≥ 200 k
   cycles/s), with the cycle model's agreement on that run.
@@ -231,6 +233,48 @@ def _tiling_bench(workdir: Path, config_names=("tiny", "ecp5", "kcu1500")) -> li
     return lines + [""]
 
 
+#: The sweep of the DSE section: a small network over 1 000 configurations around ``tiny``.
+DSE_SPEC = {
+    "name": "bench",
+    "networks": [{"model": "squeezenet1_1", "sizes": [32]}],
+    "space": [{"base": "tiny",
+               "mac_array": [{"ti": 4, "to": 4}, {"ti": 8, "to": 8}],
+               "buffer_bytes": [16384, 32768, 65536, 131072, 262144],
+               "psum_buffer_bytes": [8192, 16384, 32768, 65536],
+               "dram_bandwidth_gbps": [0.1, 0.2, 0.4, 0.6, 0.8],
+               "dram_latency": [8, 16, 32, 64, 128]}],
+}
+#: The serial and Ray speed sample: 40 of those configurations.
+DSE_SAMPLE = {"mac_array": [{"ti": 4, "to": 4}, {"ti": 8, "to": 8}],
+              "buffer_bytes": [16384, 65536], "psum_buffer_bytes": [8192, 32768],
+              "dram_latency": [16]}
+
+
+def _dse_bench(workdir: Path) -> list[str]:
+    """Points per second serial and on a local Ray (the same 40 points, each from an empty
+    cache), and the whole 1 000-point sweep's time on Ray."""
+    import os
+
+    from sfnpu.tools.dse import RayRunner, SerialRunner, Spec, run_sweep
+
+    spec = Spec.parse(DSE_SPEC)
+    sample = Spec.parse({**DSE_SPEC, "space": [{**DSE_SPEC["space"][0], **DSE_SAMPLE}]})
+    runs = [(name, run_sweep(spec_, workdir / f"dse-{name}", runner, report=False))
+            for name, spec_, runner in (("serial", sample, SerialRunner()),
+                                        ("local Ray", sample, RayRunner()),
+                                        ("local Ray, whole sweep", spec, RayRunner()))]
+    whole = runs[-1][1]
+    feasible = sum(r.get("feasible") == 1 for r in whole.rows)
+    lines = ["## Design-space exploration (`sfnpu dse`)", "",
+             f"{DSE_SPEC['networks'][0]['model']}@32 over {len(whole.rows)} configurations "
+             f"around `tiny` ({feasible} feasible); {os.cpu_count()} CPUs. Each time includes "
+             "quantising the model once and, on Ray, starting it.", "",
+             "| run | points computed | seconds | points/s |", "| --- | ---: | ---: | ---: |"]
+    lines += [f"| {name} | {r.computed} | {r.seconds:.1f} | {r.computed / r.seconds:.2f} |"
+              for name, r in runs]
+    return lines + [""]
+
+
 def run_bench(out_dir: Path = Path("build/bench"), config_name: str = "kcu1500",
               models: list[str] | None = None, rtl: bool = True) -> list[dict]:
     from sfnpu.models import builders
@@ -252,6 +296,8 @@ def run_bench(out_dir: Path = Path("build/bench"), config_name: str = "kcu1500",
         partition_lines = _partitioned_bench(Path(tmp)) if models is None else []
         progress.update(task, description="tiling: cycle model with and without tiles")
         partition_lines += _tiling_bench(Path(tmp)) if models is None else []
+        progress.update(task, description="design-space sweep: serial and on Ray")
+        partition_lines += _dse_bench(Path(tmp)) if models is None else []
         rtl_lines = []
         if rtl:
             progress.update(task, description="RTL: Verilator build and default-model run")
