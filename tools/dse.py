@@ -30,7 +30,8 @@ import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from types import SimpleNamespace
+from typing import Callable, Iterator, Mapping, Sequence
 
 from sfnpu.config import CONFIGS, DEVICES, ConfigError, HwConfig
 
@@ -228,9 +229,9 @@ def prepare_model(network: NetworkSpec, workdir: Path) -> bytes:
 
     workdir.mkdir(parents=True, exist_ok=True)
     if network.model in builders.BUILDERS:
-        ref = dataclasses.make_dataclass("Ref", ["network", "input_size", "conv_only"])(
-            network.model, network.size or builders.DEFAULT_INPUT_SIZE[network.model], False)
-        return study_model(ref, workdir).read_bytes()
+        size = network.size or builders.DEFAULT_INPUT_SIZE[network.model]
+        return study_model(SimpleNamespace(network=network.model, input_size=size,
+                                           conv_only=False), workdir).read_bytes()
     if network.size is not None:
         what = "the bundled model" if network.model in real_models.REAL_MODELS else "an ONNX file"
         raise SpecError(f"network {network.model!r}: {what} has its own input size; leave "
