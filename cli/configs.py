@@ -1,6 +1,7 @@
 """``sfnpu configs``: the reference hardware configurations."""
 
-from sfnpu.config import CONFIGS
+from sfnpu import resources
+from sfnpu.config import CONFIGS, DEVICES
 
 from .common import console
 
@@ -17,4 +18,10 @@ def run(args) -> int:
         console.print(c.summary())
         console.print(f"  fingerprint {c.fingerprint:#018x}, DRAM "
                       f"{c.dram_bytes_per_cycle} bytes/cycle")
+        need = resources.estimate(c)
+        short = resources.shortfalls(need, DEVICES[c.device]) if c.device else []
+        fit = "" if not c.device else f"; on {c.device}: " + ("fits" if not short else
+                                                                "; ".join(short))
+        console.print(f"  estimate (sfnpu.resources): {need.multipliers} multipliers, "
+                      f"{need.bram18k} 18K block RAMs, {need.luts} LUT4{fit}")
     return 0

@@ -53,6 +53,9 @@ def test_image_command(capsys, tmp_path):
 def test_configs(capsys):
     code, out = run(capsys, "configs")
     assert code == 0 and "kcu1500" in out and "4096 MAC/cycle" in out
+    # the resource estimate against each part: ecp5-ulx3s fits, ecp5 does not
+    assert "98 multipliers, 150 18K block RAMs" in out and "on LFE5U-85F: fits" in out
+    assert "needs 380 18K block RAMs, LFE5U-85F has 208" in out
 
 
 def test_bitstream_options_are_checked(capsys):
