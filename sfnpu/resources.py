@@ -80,6 +80,7 @@ CALIBRATION = (
     Calibration("ecp5-ulx3s", dict(buffer_bytes=(8 * KiB,) * 3, psum_buffer_bytes=4 * KiB),
                 multipliers=98, bram18k=122, lut4=37423, ccu2c=7543),
     Calibration("tiny", dict(), multipliers=199, bram18k=374, lut4=72231, ccu2c=12054),
+    Calibration("ecp5", dict(), multipliers=199, bram18k=383, lut4=68712, ccu2c=12010),
 )
 
 
