@@ -39,6 +39,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[dev]'
+# mediapipe only for its .tflite files (sfnpu.models.real_models, never imported):
+# --no-deps: its dependencies (OpenCV, JAX, a protobuf pin) are heavy and conflict
+	$(VENV)/bin/pip install --quiet --no-deps mediapipe==0.10.14
 	@touch $@
 
 test: $(STAMP)

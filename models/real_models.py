@@ -1,7 +1,7 @@
 """Real trained CNNs shipped inside PyPI wheels, and rendered inputs for them.
 
-Four PaddleOCR-family models are used as real-model workloads (no download at run time; the
-ONNX files are package data of ordinary PyPI wheels, all Apache-2.0):
+Real-model workloads, no download at run time: the files are package data of ordinary PyPI
+wheels, all Apache-2.0. Four PaddleOCR-family models exported from Paddle as ONNX:
 
 =====================  ======================  =====================================  ===========
 name                   PyPI package            file inside the package                input
@@ -26,19 +26,55 @@ FPN neck with nearest Resize by 2, 4 and 8, a head of ConvTranspose layers and a
 probability map). ``ppocr_v4_rec`` is PP-OCRv4's text recogniser (a PP-LCNet-style backbone,
 then SVTR attention blocks — LayerNorm, MatMul of two maps, Softmax — and a CTC head).
 
-The inputs used to calibrate and test them are rendered here with PIL's built-in scalable font
-(no system fonts needed): text lines for the OCR classifier and recogniser, text pages for the
-orientation classifier and the detector, each rotated by a known multiple of 90° — the label
-(of the classifiers).
+Two MediaPipe detectors exported as TFLite (float16 weights behind DEQUANTIZE ops), from the
+``mediapipe==0.10.14`` wheel, converted to ONNX once with ``tflite2onnx`` (no TensorFlow) and
+cached (:func:`cache_dir`):
+
+=========================  ===================================  ===========
+name                       file inside ``mediapipe``            input
+=========================  ===================================  ===========
+``blazeface_short_range``  ``modules/face_detection/            1×3×128×128
+                           face_detection_short_range.tflite``
+``blazepalm_lite``         ``modules/palm_detection/            1×3×192×192
+                           palm_detection_lite.tflite``
+=========================  ===================================  ===========
+
+``blazeface_short_range`` is BlazeFace, MediaPipe's short-range face detector (BlazeBlocks:
+depthwise 3×3 then pointwise with a residual Add, channels grown by a zero channel Pad,
+MaxPool 2×2 shortcuts; an SSD head of 896 anchors: ``regressors`` 1×896×16 — box and six
+keypoints — and ``classificators`` 1×896×1 logits); input RGB scaled to [−1, 1].
+``blazepalm_lite`` is MediaPipe's palm detector (PReLU activations, an FPN with bilinear
+Resize by 2; 2016 anchors: 1×2016×18 and 1×2016×1); input RGB scaled to [0, 1]. The converter
+propagates the layout: the ONNX models take NCHW, and Transposes before the head's Reshapes
+keep TFLite's anchor order. Checked against the TFLite interpreter (``ai-edge-litert``, not a
+dependency) on 16 rendered inputs each: every output within 3e-6 of its largest magnitude.
+BlazeFace compiles in one piece; the palm detector's PReLUs go to the host and partitioning it
+fails for now (``tests/test_partition.py::test_real_models_end_to_end`` says why).
+
+``mediapipe`` is installed without its dependencies (``pip install --no-deps
+mediapipe==0.10.14``, as ``make venv`` does: OpenCV, JAX and its protobuf pin are not needed
+to read two files) and never imported: the files are found through the distribution's RECORD
+or ``importlib.util.find_spec``, which does not execute the package.
+
+The inputs used to calibrate and test them are rendered here: with PIL's built-in scalable
+font (no system fonts needed), text lines for the OCR classifier and recogniser, text pages for
+the orientation classifier and the text detector, each rotated by a known multiple of 90° — the
+label (of the classifiers); cartoon faces and open hands over a cluttered background for the
+face and palm detectors, the label being the face's or the palm's box.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import hashlib
 import importlib.metadata
 import importlib.util
+import logging
 import math
+import os
 import pathlib
+import tempfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,12 +84,16 @@ __all__ = [
     "REAL_MODELS",
     "RealModel",
     "RealModelMissing",
+    "cache_dir",
     "describe",
     "document_images",
+    "face_images",
+    "hand_images",
     "normalise",
     "real_model",
     "real_model_path",
     "rendered_inputs",
+    "source_path",
     "text_images",
 ]
 
@@ -76,8 +116,11 @@ class RealModel:
     std: tuple[float, float, float]
     labels: tuple[str, ...]        # class index -> label (degrees of rotation); () if none
     licence: str = "Apache-2.0"
-    kind: str = "classifier"       # what it computes: classifier, text detector, recogniser
-    renders: str = "document"      # the inputs rendered for it: "document" pages or "text"
+    kind: str = "classifier"       # its family: classifier, text detector, face detector, ...
+    renders: str = "document"      # the inputs rendered for it: "document", "text", "faces"
+    #                                or "hands"
+    exporter: str = "Paddle"       # what wrote the file: "Paddle" (ONNX) or "TFLite"
+    pip_flags: str = ""            # flags the ``pip install`` needs ("--no-deps")
 
 
 REAL_MODELS: dict[str, RealModel] = {
@@ -131,6 +174,36 @@ REAL_MODELS: dict[str, RealModel] = {
             kind="text recogniser",
             renders="text",
         ),
+        RealModel(
+            name="blazeface_short_range",
+            pip_package="mediapipe==0.10.14",
+            distribution="mediapipe",
+            import_package="mediapipe",
+            resource="modules/face_detection/face_detection_short_range.tflite",
+            input_chw=(3, 128, 128),
+            mean=(0.5, 0.5, 0.5),
+            std=(0.5, 0.5, 0.5),
+            labels=(),
+            kind="face detector",
+            renders="faces",
+            exporter="TFLite",
+            pip_flags="--no-deps",
+        ),
+        RealModel(
+            name="blazepalm_lite",
+            pip_package="mediapipe==0.10.14",
+            distribution="mediapipe",
+            import_package="mediapipe",
+            resource="modules/palm_detection/palm_detection_lite.tflite",
+            input_chw=(3, 192, 192),
+            mean=(0.0, 0.0, 0.0),
+            std=(1.0, 1.0, 1.0),
+            labels=(),
+            kind="palm detector",
+            renders="hands",
+            exporter="TFLite",
+            pip_flags="--no-deps",
+        ),
     )
 }
 
@@ -174,8 +247,8 @@ def _from_import_spec(spec: RealModel) -> pathlib.Path | None:
     return None
 
 
-def real_model_path(name: str) -> pathlib.Path:
-    """Path of the ONNX file of real model ``name``, shipped as package data of a wheel.
+def source_path(name: str) -> pathlib.Path:
+    """Path of the file real model ``name`` ships as in its wheel (``.onnx`` or ``.tflite``).
 
     Raises :class:`RealModelMissing` (a ``FileNotFoundError``) naming the PyPI package to
     install when the file cannot be found. The package is not imported (its own imports, such
@@ -184,12 +257,157 @@ def real_model_path(name: str) -> pathlib.Path:
     spec = real_model(name)
     path = _from_distribution(spec) or _from_import_spec(spec)
     if path is None:
+        how = ("`make venv` installs it" if spec.pip_flags else
+               "or install sfnpu with the 'dev' extra: `pip install -e '.[dev]'`")
         raise RealModelMissing(
             f"real model {name!r} ({spec.import_package}/{spec.resource}) is not installed: "
-            f"`pip install {spec.pip_package}` (or install sfnpu with the 'dev' extra: "
-            f"`pip install -e '.[dev]'`)"
+            f"`pip install {spec.pip_flags + ' ' if spec.pip_flags else ''}"
+            f"{spec.pip_package}` ({how})"
         )
     return path
+
+
+def real_model_path(name: str) -> pathlib.Path:
+    """Path of the ONNX file of real model ``name``: the wheel's own file, or for a TFLite
+    model its conversion (made once, then read from :func:`cache_dir`).
+
+    Raises :class:`RealModelMissing` naming what to install when the wheel or the converter
+    is missing.
+    """
+    spec = real_model(name)
+    path = source_path(name)
+    if spec.exporter != "TFLite":
+        return path
+    return _converted(spec, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# TFLite -> ONNX
+
+#: Bumped when the conversion below changes, so cached files are made again.
+_CONVERSION = 1
+
+
+def cache_dir() -> pathlib.Path:
+    """Where converted models are kept: ``$SFNPU_CACHE``, else ``$XDG_CACHE_HOME/sfnpu``
+    (``~/.cache/sfnpu``); a folder in the temporary directory if that cannot be written."""
+    root = os.environ.get("SFNPU_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "sfnpu")
+    folder = pathlib.Path(root) / "real_models"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if os.access(folder, os.W_OK):
+            return folder
+    except OSError:
+        pass
+    folder = pathlib.Path(tempfile.gettempdir()) / f"sfnpu-cache-{os.getuid()}" / "real_models"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _converter():
+    try:
+        import tflite2onnx
+    except ImportError as e:
+        raise RealModelMissing(
+            "converting the TFLite models needs `pip install tflite2onnx` (in sfnpu's 'dev' "
+            f"extra): {e}"
+        ) from None
+    return tflite2onnx
+
+
+def _converted(spec: RealModel, tflite: pathlib.Path) -> pathlib.Path:
+    """The ONNX conversion of ``tflite``, cached under a hash of the file, the converter's
+    version and :data:`_CONVERSION` (written whole or not at all)."""
+    t2o = _converter()
+    version = importlib.metadata.version("tflite2onnx")
+    digest = hashlib.sha256(tflite.read_bytes())
+    digest.update(f"tflite2onnx {version} conversion {_CONVERSION}".encode())
+    out = cache_dir() / f"{spec.name}-{digest.hexdigest()[:16]}.onnx"
+    if out.is_file():
+        return out
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".convert-") as tmp:
+        raw = pathlib.Path(tmp) / "raw.onnx"
+        with _tflite2onnx_fixes(t2o):
+            t2o.convert(str(tflite), str(raw))
+        model = _tidy(onnx.load(str(raw)))
+        (inp,) = model.graph.input
+        if _dims(inp) != [1, *spec.input_chw]:
+            raise RuntimeError(f"{spec.name}: tflite2onnx {version} gave input {_dims(inp)}, "
+                               f"expected NCHW {[1, *spec.input_chw]}")
+        onnx.helper.set_model_props(model, {
+            "source": f"{spec.pip_package}:{spec.import_package}/{spec.resource}",
+            "converter": f"tflite2onnx {version} (sfnpu conversion {_CONVERSION})",
+        })
+        onnx.checker.check_model(model)
+        part = pathlib.Path(tmp) / "model.onnx"
+        onnx.save(model, str(part))
+        os.replace(part, out)
+    return out
+
+
+@contextlib.contextmanager
+def _tflite2onnx_fixes(t2o):
+    """tflite2onnx 0.4 as it should behave on MediaPipe's float16 models, for one conversion.
+
+    * A float16 weight reaches its op through DEQUANTIZE, which the converter folds *after*
+      propagating the layout. It gives PReLU's alpha (H×W×C broadcast, stored 1×1×C) a batch
+      dimension on DEQUANTIZE's output only, so the 3-D weight behind it cannot take the
+      NHWC→NCHW permutation (IndexError): the weight takes its DEQUANTIZE output's shape
+      first (DEQUANTIZE is elementwise).
+    * Its "float16 not supported/tested" warning, once per weight, is silenced: the folding
+      handles them.
+    """
+    graph = t2o.graph.Graph
+    propagate = graph._propagateLayout
+
+    def propagate_with_ranks(self):
+        for op in self.ops:
+            if op.type == "DequantizeLinear":
+                (src,), (dst,) = op.inputs[:1], op.outputs
+                if src.isInitializer and len(src.shape) < len(dst.shape):
+                    src.shape = list(dst.shape)
+                    src.data = src.data.reshape(src.shape)
+        return propagate(self)
+
+    logger = logging.getLogger("tflite2onnx")
+    level = logger.level
+    graph._propagateLayout = propagate_with_ranks
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        graph._propagateLayout = propagate
+        logger.setLevel(level)
+
+
+def _tidy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Each convolution gets its own bias (TFLite shares identical ones: the palm detector's
+    zero biases, one for up to nine convolutions).
+
+    onnxruntime's QDQ quantiser copies a shared bias for each extra user under its name plus
+    the next number free *among initializers*; the converted names (``…/depthwise`` a bias,
+    ``…/depthwise1`` a weight, ``…/depthwise2`` an activation) make that the name of an
+    activation, and the quantised model convolves a constant (onnxruntime then refuses it).
+    """
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    uses = collections.Counter(n.input[2] for n in g.node
+                               if n.op_type == "Conv" and len(n.input) > 2 and n.input[2])
+    for n in g.node:
+        if n.op_type == "Conv" and len(n.input) > 2 and uses[n.input[2]] > 1:
+            bias = onnx.TensorProto()
+            bias.CopyFrom(inits[n.input[2]])
+            bias.name = f"{n.output[0]}/bias"
+            assert bias.name not in inits, bias.name
+            inits[bias.name] = bias
+            g.initializer.append(bias)
+            n.input[2] = bias.name
+    used = {i for n in g.node for i in n.input}
+    kept = [t for t in g.initializer if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(kept)
+    return model
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,6 +582,118 @@ def document_images(
     return images, labels
 
 
+def _skin(rng: np.random.Generator) -> tuple[int, int, int]:
+    r = rng.uniform(150, 240)
+    return int(r), int(r * rng.uniform(0.7, 0.82)), int(r * rng.uniform(0.55, 0.7))
+
+
+def _scene(rng: np.random.Generator, size: int, dark: bool):
+    """A plain background with a few rectangles of random colours."""
+    from PIL import Image, ImageDraw
+
+    lo, hi = (0, 110) if dark else (40, 220)
+    img = Image.new("RGB", (size, size), tuple(int(v) for v in rng.integers(lo, hi, 3)))
+    d = ImageDraw.Draw(img)
+    for _ in range(int(rng.integers(2, 6))):
+        x0, y0 = (int(v) for v in rng.integers(0, size, 2))
+        w, h = (int(v) for v in rng.integers(size // 8, size // 2, 2))
+        d.rectangle([x0, y0, x0 + w, y0 + h], fill=tuple(int(v) for v in rng.integers(0, 256, 3)))
+    return img, d
+
+
+def _camera(img, rng: np.random.Generator) -> np.ndarray:
+    """A little blur and sensor noise."""
+    from PIL import ImageFilter
+
+    a = np.asarray(img.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 1.0))), np.float32)
+    return np.clip(a + rng.normal(0, 4, a.shape), 0, 255).astype(np.uint8)
+
+
+def face_images(n: int, seed: int = 0, size: int = 128) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` cartoon faces, one per image, frontal, over a cluttered background.
+
+    A face (skin-coloured oval, hair, ears, neck, eyebrows, eyes with pupils, nose, mouth)
+    40–70 % of the image high, near the centre. BlazeFace scores them 0.8–0.95 (sigmoid of
+    the best anchor) and places its box and eye keypoints on them; a uniform grey image scores
+    0.05. Returns ``(images, boxes)``: ``uint8`` N×size×size×3 RGB and ``float32`` N×4 face
+    boxes ``(cx, cy, w, h)`` in pixels.
+    """
+    rng = np.random.default_rng(seed)
+    images = np.empty((n, size, size, 3), np.uint8)
+    boxes = np.empty((n, 4), np.float32)
+    for i in range(n):
+        img, d = _scene(rng, size, dark=False)
+        fh = size * rng.uniform(0.4, 0.7)
+        fw = fh * rng.uniform(0.72, 0.85)
+        cx = size * (0.5 + rng.uniform(-0.15, 0.15))
+        cy = size * (0.5 + rng.uniform(-0.12, 0.15))
+        skin, hair = _skin(rng), tuple(int(v) for v in rng.integers(10, 90, 3))
+
+        def box(x0, y0, x1, y1):  # face-relative -> pixels
+            return [cx + x0 * fw, cy + y0 * fh, cx + x1 * fw, cy + y1 * fh]
+
+        d.rectangle(box(-0.18, 0.35, 0.18, 0.75), fill=skin)            # neck
+        d.ellipse(box(-0.56, -0.62, 0.56, 0.25), fill=hair)
+        d.ellipse(box(-0.62, -0.08, -0.45, 0.15), fill=skin)            # ears
+        d.ellipse(box(0.45, -0.08, 0.62, 0.15), fill=skin)
+        d.ellipse(box(-0.5, -0.45, 0.5, 0.5), fill=skin)                # face
+        for side in (-1, 1):
+            ex = 0.2 * side
+            d.line(box(ex - 0.13, -0.17, ex + 0.13, -0.19), fill=hair,
+                   width=max(1, int(fh * 0.03)))                        # eyebrow
+            d.ellipse(box(ex - 0.11, -0.1, ex + 0.11, -0.01), fill=(240, 240, 240))
+            d.ellipse(box(ex - 0.05, -0.1, ex + 0.05, -0.01), fill=(40, 25, 20))
+        nose = [box(0, -0.05, 0, 0)[:2], box(-0.07, 0.15, 0, 0)[:2], box(0.07, 0.15, 0, 0)[:2]]
+        d.polygon([tuple(p) for p in nose], fill=tuple(max(0, c - 90) for c in skin))
+        d.ellipse(box(-0.17, 0.22, 0.17, 0.3), fill=(150, 50, 60))      # mouth
+        images[i] = _camera(img, rng)
+        boxes[i] = (cx, cy + 0.025 * fh, fw, 0.95 * fh)
+    return images, boxes
+
+
+def hand_images(n: int, seed: int = 0, size: int = 192) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` cartoon open hands (palm, four fingers, thumb, wrist), one per image, tilted by
+    up to ±30°, over a dark cluttered background.
+
+    The palm is 15–25 % of the image wide (the palm detector's scores drop for larger hands):
+    MediaPipe's palm detector scores most of them 0.7–0.97, a uniform grey image 0.05.
+    Returns ``(images, boxes)``: ``uint8`` N×size×size×3 RGB and ``float32`` N×4 palm boxes
+    ``(cx, cy, w, h)`` in pixels (upright).
+    """
+    rng = np.random.default_rng(seed)
+    images = np.empty((n, size, size, 3), np.uint8)
+    boxes = np.empty((n, 4), np.float32)
+    for i in range(n):
+        img, d = _scene(rng, size, dark=True)
+        s = size * rng.uniform(0.07, 0.12)                 # half the palm's width
+        cx = size * (0.5 + rng.uniform(-0.12, 0.12))
+        cy = size * (0.5 + rng.uniform(-0.05, 0.15))
+        tilt = rng.uniform(-0.5, 0.5)
+        c, sn = math.cos(tilt), math.sin(tilt)
+        skin = _skin(rng)
+
+        def at(u, v):  # palm-relative (half widths, y down) -> pixels
+            return (cx + (u * c - v * sn) * s, cy + (u * sn + v * c) * s)
+
+        def finger(a, b, width):
+            d.line([a, b], fill=skin, width=width)
+            r = width / 2
+            d.ellipse([b[0] - r, b[1] - r, b[0] + r, b[1] + r], fill=skin)
+
+        d.polygon([at(-1, -0.9), at(1, -0.9), at(1.05, 0.6), at(0.6, 1.3), at(-0.6, 1.3),
+                   at(-1.05, 0.6)], fill=skin)
+        for u in (-0.3, 0.3):                                            # wrist
+            d.line([at(u, 1.2), at(u, 2.4)], fill=skin, width=int(s * 1.2))
+        for u, length in ((-0.72, 1.5), (-0.24, 1.8), (0.24, 1.7), (0.72, 1.3)):
+            spread = rng.uniform(-0.12, 0.12)
+            finger(at(u, -0.85), at(u + spread * length + 0.1 * u, -0.85 - length),
+                   int(s * 0.38))
+        finger(at(-0.95, 0.4), at(-1.9, -0.5), int(s * 0.42))           # thumb
+        images[i] = _camera(img, rng)
+        boxes[i] = (cx, cy + 0.2 * s, 2.1 * s, 2.2 * s)
+    return images, boxes
+
+
 def normalise(
     images: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]
 ) -> np.ndarray:
@@ -375,11 +705,16 @@ def normalise(
 
 
 def rendered_inputs(name: str, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Model-ready rendered inputs for real model ``name``: ``(x float32 N×C×H×W, labels)``."""
+    """Model-ready rendered inputs for real model ``name``: ``(x float32 N×C×H×W, labels)``
+    (for the face and palm detectors, the labels are the boxes drawn)."""
     spec = real_model(name)
     _, h, w = spec.input_chw
     if spec.renders == "text":
         images, labels = text_images(n, seed, (h, w))
+    elif spec.renders in ("faces", "hands"):
+        assert h == w, spec
+        render = face_images if spec.renders == "faces" else hand_images
+        images, labels = render(n, seed, h)
     else:
         images, labels = document_images(n, seed, max(h, w))
         images = images[:, :h, :w]

@@ -153,6 +153,44 @@ def test_rendered_images_are_deterministic_and_labelled():
     assert x.shape == (2, 3, 48, 192) and x.dtype == np.float32 and -1.0 <= x.min() < x.max() <= 1.0
 
 
+#: The TFLite detectors: (anchors, values per anchor) of their box and score outputs.
+DETECTORS = {"blazeface_short_range": (896, 16), "blazepalm_lite": (2016, 18)}
+
+
+@pytest.mark.parametrize("name", sorted(DETECTORS))
+def test_tflite_detector_converted_once_and_detecting(name, tmp_path, monkeypatch):
+    """The mediapipe wheel's TFLite detectors convert without TensorFlow to an NCHW ONNX model
+    with MediaPipe's outputs, once (the second call reads the cache). On the rendered faces
+    and hands the best anchor scores high, on a uniform grey image low."""
+    spec = rm.real_model(name)
+    assert spec.exporter == "TFLite" and spec.kind.endswith("detector")
+    monkeypatch.setenv("SFNPU_CACHE", str(tmp_path))
+    path = rm.real_model_path(name)
+    assert path.parent == tmp_path / "real_models" and path.suffix == ".onnx"
+    made = path.stat().st_mtime_ns
+    assert rm.real_model_path(name) == path and path.stat().st_mtime_ns == made
+    d = rm.describe(path)
+    assert list(d["inputs"].values()) == [[1, *spec.input_chw]]
+    anchors, values = DETECTORS[name]
+    assert sorted(d["outputs"].values()) == [[1, anchors, 1], [1, anchors, values]]
+    assert "DequantizeLinear" not in d["ops"] and d["ops"]["Conv"] > 30
+
+    x, boxes = rm.rendered_inputs(name, 8, seed=3)
+    assert x.shape == (8, *spec.input_chw) and boxes.shape == (8, 4)
+    assert np.array_equal(x, rm.rendered_inputs(name, 8, seed=3)[0])
+    session = _session(path)
+    feed = session.get_inputs()[0].name
+    scores_of = [o.name for o in session.get_outputs() if o.shape[-1] == 1]
+
+    def best(x):
+        logit = session.run(scores_of, {feed: x[None]})[0].max()
+        return 1 / (1 + np.exp(-np.clip(logit, -50, 50)))
+
+    _, h, w = spec.input_chw
+    grey = rm.normalise(np.full((1, h, w, 3), 128, np.uint8), spec.mean, spec.std)[0]
+    assert np.median([best(xi) for xi in x]) > 0.8 and best(grey) < 0.2
+
+
 @pytest.mark.parametrize("kind", ["synthetic", "rendered"])
 @pytest.mark.parametrize("name", MODELS)
 def test_quantised_real_model(name, kind, quantised, evaluation, record_property):
