@@ -206,7 +206,27 @@ class _Plan:
                     self.host_reasons[k] = ("a reshape with nothing for the accelerator to "
                                             "compute beside it")
                 dropped = True
+        # A reshape of a host result that no accelerator node reads would be an output of
+        # its segment that the segment does not compute (only renames an input).
+        for k in sorted(self.accelerated):
+            if self.nodes[k].op_type in _ALIASES and not any(
+                    self.is_accelerated(p) for p in self.compute_producers(k)) and not any(
+                    self.is_accelerated(c) for c in self.compute_consumers(k)):
+                self.accelerated.discard(k)
+                self.host_reasons[k] = "a reshape of a host result that the host reads"
+                dropped = True
         return dropped
+
+    def compute_consumers(self, k: int) -> set[int]:
+        """The compute nodes that read node ``k``'s results, through Q/DQ nodes."""
+        found, stack = set(), list(self.nodes[k].output)
+        while stack:
+            for c in self.consumers.get(stack.pop(), ()):
+                if self.nodes[c].op_type in _GLUE:
+                    stack.extend(self.nodes[c].output)
+                else:
+                    found.add(c)
+        return found
 
     def compute_producers(self, k: int) -> set[int]:
         """The compute nodes whose results node ``k`` reads, through Q/DQ nodes."""

@@ -9,7 +9,6 @@ import pytest
 from netbuild import Net
 from sfnpu import image
 from sfnpu.cli import main
-from sfnpu.compiler.importer import ModelError
 from sfnpu.compiler.partition import AcceleratorSegment, Partitioned, compile_partitioned
 from sfnpu.compiler.pipeline import Compiled, run_onnxruntime
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
@@ -258,13 +257,8 @@ def real_quantised(tmp_path_factory):
     # (the head's Transposes, Reshapes and Concats in the host's epilogue)
     ("blazeface_short_range", "tiny", 1.0),
     # The palm detector's 26 PReLUs go to the host (not an accelerator operator): 54
-    # segments, the last accelerator level holding the 12x12 head's Reshapes of a host
-    # Transpose, outputs that alias a segment input: "model outputs [...] are produced by
-    # nothing the host or the accelerator runs". Strict: when partitioning handles it,
-    # record the share here.
-    pytest.param("blazepalm_lite", "tiny", 1.0, marks=pytest.mark.xfail(
-        raises=ModelError, strict=True, reason="reshape-only outputs of an accelerator "
-        "segment (compiler.partition)")),
+    # segments; the head's Reshapes of a host Transpose go to the host with it
+    ("blazepalm_lite", "tiny", 1.0),
 ])
 def test_real_models_end_to_end(real_quantised, name, config, min_share):
     """Each trained model runs whole, partitioned where need be, identical to onnxruntime.
