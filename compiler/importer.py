@@ -45,6 +45,8 @@ SUPPORTED_OPS = {
     "SpaceToDepth": "block size 2 (runs as a one-hot 2x2 stride-2 convolution)",
     "BatchNormalization": "not folded (pre-activation): one table per channel on the input "
                           "side of the next group",
+    "PRelu": "per-channel or scalar slope: one table per channel on the input side of the "
+             "next group",
     "Pad": "zeros: channels (a one-hot 1x1 convolution), or height and width read only by "
            "convolutions (folded into their padding)",
 }
@@ -534,8 +536,8 @@ class _Importer:
             self.unary_node(node, out, qtype)
         elif op == "SpaceToDepth":
             self.space_to_depth_node(node, out, qtype)
-        elif op == "BatchNormalization":
-            self.batchnorm_node(node, out, qtype)
+        elif op in ("BatchNormalization", "PRelu"):
+            self.channel_function_node(node, out, qtype)
         elif op == "Pad":
             self.pad_node(node, out, qtype)
 
@@ -904,9 +906,9 @@ class _Importer:
             names.append(fresh)
         return nodes, inits, names
 
-    def batchnorm_node(self, node, out, qtype):
+    def channel_function_node(self, node, out, qtype):
         """A BatchNormalization left in the quantised graph (pre-activation, DenseNet-style)
-        maps each channel's codes through its own function: C exact tables from
+        or a PRelu maps each channel's codes through its own function: C exact tables from
         onnxruntime, applied on the input side of the consuming group."""
         from onnx import helper
         from sfnpu import numeric
@@ -918,8 +920,7 @@ class _Importer:
 
         def build(inp, res):
             operands = [inp if n == x_name else n for n in names]
-            return nodes + [helper.make_node("BatchNormalization", operands, [res], **attrs)], \
-                inits
+            return nodes + [helper.make_node(node.op_type, operands, [res], **attrs)], inits
         opset = next(o.version for o in self.m.model.opset_import if o.domain in ("", "ai.onnx"))
         tables = numeric.activation_table(build, x.qtype.scale, x.qtype.zero_point,
                                           x.qtype.signed, qtype.scale, qtype.zero_point,

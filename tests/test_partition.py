@@ -256,8 +256,8 @@ def real_quantised(tmp_path_factory):
     # TFLite, from the mediapipe wheel through tflite2onnx: BlazeFace runs in one piece
     # (the head's Transposes, Reshapes and Concats in the host's epilogue)
     ("blazeface_short_range", "tiny", 1.0),
-    # The palm detector's 26 PReLUs go to the host (not an accelerator operator): 54
-    # segments; the head's Reshapes of a host Transpose go to the host with it
+    # The palm detector: its 26 PReLUs as channel tables; the head's bilinear Resize, its
+    # Transposes and the Reshapes of their results on the host (6 segments)
     ("blazepalm_lite", "tiny", 1.0),
 ])
 def test_real_models_end_to_end(real_quantised, name, config, min_share):
@@ -391,4 +391,24 @@ def test_sppf_max_pools_on_the_rtl(tmp_path, harness_tiny, kernel):
     program = compile_partitioned(path, TINY)
     assert isinstance(program, Compiled)
     assert sum(n.op == "maxpool" for n in program.graph.nodes) == (len(pools) - 1) * (kernel // 2)
+    runs_like_onnxruntime_on_the_rtl(program, path, net.samples(1, seed=2), harness_tiny)
+
+
+@pytest.mark.parametrize("per_channel", [True, False], ids=["per-channel", "scalar"])
+def test_prelu_runs_as_channel_tables_on_the_rtl(tmp_path, harness_tiny, per_channel):
+    """PRelu (TFLite detectors put one after every residual add) runs as one table per
+    channel on the input side of the group that reads it, bit-exact with onnxruntime on the
+    golden model and the RTL (cycle-exact), whether its slope is per channel or a scalar; its
+    result also feeds a later Add as the shortcut."""
+    net = Net((8, 6, 6), seed=11 + per_channel, name="prelu")
+    rng = np.random.default_rng(3)
+    slope = rng.uniform(-0.5, 0.9, (16, 1, 1) if per_channel else (1,)).astype(np.float32)
+    a = net.op("PRelu", [net.conv("x", 8, 16, 3), net.const(slope)])
+    b = net.op("Add", [net.conv(a, 16, 16, 3), a])
+    c = net.op("PRelu", [b, net.const(slope)])
+    path = tmp_path / "prelu.qdq.onnx"
+    quantize_model(net.model([net.conv(c, 16, 8, 1, pads=[0, 0, 0, 0])], opset=13), path,
+                   CalibrationSource.synthetic(4, seed=1))
+    program = compile_partitioned(path, TINY)
+    assert isinstance(program, Compiled), "PRelu left to the host"
     runs_like_onnxruntime_on_the_rtl(program, path, net.samples(1, seed=2), harness_tiny)
