@@ -35,6 +35,7 @@ __all__ = [
     "MAGIC", "FORMAT_VERSION", "SECTION_ALIGN", "HEADER", "SECTION", "HEADER_FIELDS", "field_offset",
     "SECTION_FIELDS", "FLAG_STORED", "SectionKind", "DType",
     "TensorDesc", "Section", "ImageLayout", "Image", "ImageError", "plan", "pack", "unpack",
+    "first_groups",
 ]
 
 MAGIC = b"SFNPUIMG"
@@ -417,3 +418,21 @@ def unpack(blob: bytes, config: HwConfig | None = None) -> Image:
     dram = bytearray(image_bytes)
     dram[:len(blob)] = blob
     return Image(layout, fingerprint, program, dram)
+
+
+def first_groups(blob: bytes, config: HwConfig, groups: int) -> bytes:
+    """The image that runs only the first ``groups`` groups of ``blob``: the instruction
+    section shrinks in place (every other section keeps its offset, so the instructions'
+    locations stay valid), the last group kept is marked ``last`` and prefetches nothing.
+    To run a slice of a large network on the RTL, or to bisect one."""
+    img = unpack(blob, config)
+    if not 1 <= groups <= len(img.program):
+        raise ImageError(f"groups={groups}: the image has {len(img.program)} groups")
+    program = list(img.program[:groups])
+    program[-1] = program[-1].replace(last=1, prefetch=0)
+    sections = tuple(replace(s, size=groups * isa.WORDS * 4)
+                     if s.kind == SectionKind.INSTRUCTIONS else s for s in img.layout.sections)
+    layout = ImageLayout(sections, img.layout.image_bytes)
+    inputs = [img.tensor(SectionKind.INPUT, s.index, config.lanes)
+              for s in layout.of_kind(SectionKind.INPUT)]
+    return pack(layout, config, program, img.params(), inputs)

@@ -246,3 +246,20 @@ def test_plan_rejections():
         image.plan(1, 1 << 30, [t], [t], 0, 8)
     with pytest.raises(ImageError, match="zero point 300 outside 0..255"):
         image.TensorDesc(3, 4, 4, signed=False, zero_point=300)
+
+
+def test_first_groups_keeps_every_other_section_in_place(sample):
+    full = image.unpack(sample.blob, TINY)
+    if len(full.program) < 2:
+        pytest.skip("the sample image has one group")
+    head = image.unpack(image.first_groups(sample.blob, TINY, 1), TINY)
+    assert len(head.program) == 1 and head.program[0].last == 1
+    assert head.program[0].replace(last=0, prefetch=0) == \
+        full.program[0].replace(last=0, prefetch=0)
+    kept = [s for s in full.layout.sections if s.kind != SectionKind.INSTRUCTIONS]
+    assert [(s.kind, s.offset, s.size) for s in kept] == \
+        [(s.kind, s.offset, s.size) for s in head.layout.sections
+         if s.kind != SectionKind.INSTRUCTIONS]
+    for bad in (0, len(full.program) + 1):
+        with pytest.raises(ImageError, match=f"groups={bad}"):
+            image.first_groups(sample.blob, TINY, bad)
