@@ -81,6 +81,8 @@ CALIBRATION = (
                 multipliers=98, bram18k=122, lut4=37423, ccu2c=7543),
     Calibration("tiny", dict(), multipliers=199, bram18k=374, lut4=72231, ccu2c=12054),
     Calibration("ecp5", dict(), multipliers=199, bram18k=383, lut4=68712, ccu2c=12010),
+    Calibration("ecp5", dict(buffer_bytes=(16 * KiB,) * 3), multipliers=199, bram18k=223,
+                lut4=68712, ccu2c=12004),
 )
 
 
