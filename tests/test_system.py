@@ -24,7 +24,8 @@ from sfnpu.models import builders
 from sfnpu.compiler.pipeline import compile_model, run_onnxruntime
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
-from sfnpu.limits import StoreSizes, overflows, prefetch_fits, stages_input, with_held_weights
+from sfnpu.limits import (StoreSizes, overflows, prefetch_fits, stages_input, streams_weights,
+                          with_held_weights)
 from sfnpu.compiler.blocks import detect_blocks
 from sfnpu.compiler.memory import Policy, apply_policy, staging
 from sfnpu.isa import Activation, ConvKind, InputTransform, MemSpace, Reuse
@@ -126,6 +127,20 @@ def add_stream_net():
     a = net.conv("x", 16, 160, 1, pads=[0, 0, 0, 0])
     b = net.op("Relu", [net.conv(a, 160, 960, 1, pads=[0, 0, 0, 0])])
     return net, [net.op("Add", [net.conv(b, 960, 160, 1, pads=[0, 0, 0, 0]), a])]
+
+
+def add_rows_net():
+    """ResNet-50's layer3 expansion with its residual add in small: two 1×1 convolutions with
+    128 → 1024 channels over a 4×7 map (128 KiB of weights each, more than the ecp5 weight
+    store: both stream), the second adding the first's output. On ecp5 a conv row's shortcut
+    words (7 × 128 blocks) exceed the shortcut FIFO (512 words), so the reader commands the
+    row's later segments as the ADD takes the earlier ones; the weight stream takes the bus
+    first, the shortcut falls behind the results, and the datapath holds on a full result
+    FIFO until the ADD has taken them."""
+    net = Net((128, 4, 7), seed=17, name="addrows")
+    a = net.conv("x", 128, 1024, 1, pads=[0, 0, 0, 0])
+    b = net.conv("x", 128, 1024, 1, pads=[0, 0, 0, 0])
+    return net, [net.op("Add", [b, a])]
 
 
 def chunked_net():
@@ -506,6 +521,23 @@ def test_staged_input_crosses_the_bus_once(harness, tmp_path):
             + layout.tensor_bytes(instr.in_c, instr.in_h, instr.in_w, config.lanes))
     # The instruction fetch and bus-word rounding: far less than a second input read.
     assert once <= result.group_read_bytes[1] <= once + 256
+
+
+def test_streamed_add_row_exceeds_the_shortcut_fifo(tmp_path):
+    """`add_rows_net` on ecp5: both groups stream their weights and the ADD's conv rows hold
+    more shortcut words than its FIFO. The RTL computes the golden model's DRAM bit for bit,
+    and the cycle model its cycles and bytes group by group (the shortcut commanded as the
+    ADD takes words, the datapath's holds on the result FIFO)."""
+    config = get_config("ecp5")
+    net, outputs = add_rows_net()
+    compiled, blob = compiled_image(tmp_path, net, outputs, config)
+    conv, add = compiled.program.instructions
+    assert add.eltwise == isa.Eltwise.ADD and add.reuse == Reuse.ROW
+    assert all(i.space == MemSpace.DRAM for i in (add.input, add.output, add.shortcut))
+    assert streams_weights(conv, config) and streams_weights(add, config)
+    assert add.out_w * add.out_c // config.lanes > StoreSizes.of(config).psum_words
+    result = run_and_compare(system_harness("ecp5"), blob)
+    assert len(result.group_cycles) == 2
 
 
 @pytest.mark.parametrize("frame", [False, True], ids=["row", "frame"])

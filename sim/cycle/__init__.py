@@ -33,7 +33,8 @@ buffer holds ``6 · places`` rows, each output row takes :func:`~sfnpu.hw.conv_a
 once its input rows are present, the post-processing chain passes one word per cycle (a max
 pool spends a cycle more per row segment on each window after the first that ends at the
 segment's last pixel: stride 1 with padding; the average pool sums window by window and
-holds the array when the result FIFO fills), the
+holds the array when the result FIFO fills, as does an ADD whose shortcut falls behind
+streamed weights), the
 output writer takes a chunk once all its words are in the write buffer, and the group ends
 when the last output chunk's write response is back (its last word, for an on-chip output).
 The output rows' writes are commanded as the rows leave the post-processing chain, and the

@@ -157,6 +157,8 @@ class CommandArbiter:
         self.free = 0                               # first cycle the credit allows a beat
         self.prefer_write = True                    # the last beat was a read
         self.done = {}                              # handle → cycle after its last beat
+        self.waiting = {}                           # handle → what its end sets off
+        self.beat_cycles = {}                       # tracked read → its beats' cycles
         self.left = {}                              # handle → bursts not yet complete
         self.handles = 0
         self.beats_moved = 0                        # bus beats of both directions
@@ -199,11 +201,20 @@ class CommandArbiter:
         return handle
 
     def read(self, request: int, address: int, nbytes: int, commands: int = 1, stride: int = 0,
-             reader: int = INPUT_READER) -> int:
+             reader: int = INPUT_READER, beats: bool = False) -> int:
         """Submit ``commands`` equal reads of ``reader`` (``nbytes`` in all, command *k* from
         byte ``address + k·stride``), requested from ``request`` on; :meth:`finish` of the
-        handle is the cycle after the last beat (the data is in its FIFO from then on)."""
-        return self._submit(request, address, nbytes, commands, stride, False, reader)
+        handle is the cycle after the last beat (the data is in its FIFO from then on).
+        ``beats``: record every beat's cycle (:meth:`beat_cycle`)."""
+        handle = self._submit(request, address, nbytes, commands, stride, False, reader)
+        if beats:
+            self.beat_cycles[handle] = []
+        return handle
+
+    def beat_cycle(self, handle: int, k: int) -> int:
+        """The cycle of beat ``k`` of a read submitted with ``beats`` (run to its end)."""
+        self.finish(handle)
+        return ceil(self.beat_cycles[handle][k])
 
     def write(self, request: int, address: int, nbytes: int, gate: int | None = None) -> int:
         """Submit a write of ``nbytes`` to byte ``address``, its data in the write buffer from
@@ -220,6 +231,15 @@ class CommandArbiter:
             if not self._step():
                 raise RuntimeError("DMA transfer that never completes")
         return self.done[handle]
+
+    def when_done(self, handle: int, then):
+        """Call ``then()`` once the transfer has moved its last beat (at once if it has): what
+        depends on its end is submitted as the simulation reaches it, not by running the
+        simulation ahead to it (past requests not yet known)."""
+        if handle in self.done:
+            then()
+        else:
+            self.waiting.setdefault(handle, []).append(then)
 
     def drain(self) -> int:
         """Run every submitted transfer to its end; the last write response."""
@@ -331,6 +351,8 @@ class CommandArbiter:
         self.left[handle] -= 1
         if not self.left[handle]:
             self.done[handle] = ceil(last) + 1
+            for then in self.waiting.pop(handle, ()):
+                then()
 
     def _step(self) -> bool:
         """Move the next beats on the bus; False when nothing is left to move."""
@@ -355,6 +377,9 @@ class CommandArbiter:
             self.prefer_write = write
             w0 = t if write else t + beat               # the write beats' first cycle
             self.write_beats.extend(w0 + 2 * i * beat for i in range(n))
+            if rd[0][3] in self.beat_cycles:
+                r0 = t + beat if write else t
+                self.beat_cycles[rd[0][3]].extend(r0 + 2 * i * beat for i in range(n))
             first[0][1] -= n
             second[0][1] -= n
             if not first[0][1]:
@@ -374,6 +399,8 @@ class CommandArbiter:
         head[1] -= n
         if write:
             self.write_beats.extend(t + i * beat for i in range(n))
+        elif head[3] in self.beat_cycles:
+            self.beat_cycles[head[3]].extend(t + i * beat for i in range(n))
         self.prefer_write = not write
         if not head[1]:
             self._complete(write, last)

@@ -236,7 +236,9 @@ class CycleModel(DmaTiming):
         post = PostChain(self, plan, shortcut, writer)
         avg = post.avg
         weights = WeightStream(self, dram, base + instr.weights.offset, obs, s.ib, s.conv_h,
-                               s.steps, s.conv_w, plan.pass_cycles) if s.streaming else None
+                               s.steps, s.conv_w, plan.pass_cycles,
+                               shortcut if shortcut.segments else None) \
+            if s.streaming else None
         end = 0
         for oy in range(s.conv_h):
             start = reader.row_start(oy, end)

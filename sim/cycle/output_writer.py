@@ -45,7 +45,8 @@ class OutputWriter:
             + (instr.out_c_offset // L + plan.ob_base) * self.plane
         # A streamed row's blocks finish as their weights arrive, far apart: each block's
         # writes are commanded as its results leave (before the bus simulation goes past
-        # them), and the row's post-chain pass only times them.
+        # them; behind an ADD, once the block's shortcut segment is in), and the row's
+        # post-chain pass only times them.
         self.streamed = plan.s.streaming and instr.pool in (Pool.NONE, Pool.GLOBAL_AVG) \
             and not instr.upsample
         # GlobalAvgPool: a block's output follows its last conv row's sums (PostChain)
@@ -112,10 +113,25 @@ class OutputWriter:
     def write_block(self, oy: int, ob: int, block_end: int) -> list[int]:
         """Block ``ob``'s chunks of row ``oy``, its last pass ending at ``block_end``: chunk
         c is in the write buffer once its last pixel's result has passed the post chain.
-        Returns the chunks' ready cycles."""
+        Returns the chunks' ready cycles (they time an on-chip output's writer only). Behind
+        an ADD whose shortcut is in DRAM, the writes are submitted once the block's shortcut
+        segment is in: its last word may come long after the results (the weight stream takes
+        the bus first), and the bus is not run ahead to it."""
+        shortcut = self.shortcut
+        if self.out_dram and shortcut.segments and shortcut.in_dram:
+            self.dram.when_done(shortcut.segment[oy * self.plan.obs + ob],
+                                lambda: self._write_block(oy, ob, block_end))
+            return []
+        return self._write_block(oy, ob, block_end)
+
+    def _write_block(self, oy: int, ob: int, block_end: int) -> list[int]:
         readies = []
         results_out = max(block_end + self.result_latency, self.shortcut.scale_ready)
-        if self.shortcut.segments:
+        if self.shortcut.segments and self.shortcut.in_dram:
+            # the ADD passes the block's last result with its shortcut word
+            last = (oy * self.plan.obs + ob + 1) * self.plan.s.conv_w - 1
+            results_out = max(results_out, self.shortcut.taken(last))
+        elif self.shortcut.segments:
             # the ADD passes the block's results as its shortcut words are in
             results_out = max(results_out,
                               self.shortcut.arrival(oy * self.plan.obs + ob) + 1)

@@ -109,7 +109,11 @@ class PostChain:
         ready = end + self.result_latency
         if self.shortcut.segments:
             timing = self.avg.rows[-1] if self.avg is not None else (start, plan.row, 0)
-            ready = max(ready, self.shortcut.row_timed(oy, timing) + 1)
+            self.shortcut.row_timed(timing)
+            # (the writer has a streamed row's writes, each block's behind its shortcut:
+            # the bus is not run ahead to the row's last segment)
+            if not (self.writer.streamed and self.writer.out_dram):
+                ready = max(ready, self.shortcut.arrival((oy + 1) * plan.obs - 1) + 1)
         self.results.append(max(ready, self.shortcut.scale_ready))
         if self.avg is not None:
             self._avg_rows(oy)

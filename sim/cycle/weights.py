@@ -29,10 +29,12 @@ class WeightStream:
     bank, so a third set is taken, and one more set commanded, before any input has arrived."""
 
     def __init__(self, dma: DmaTiming, dram: CommandArbiter, address: int, blocks: int, ib: int,
-                 rows: int, steps: int, uses: int, pass_cycles: int):
+                 rows: int, steps: int, uses: int, pass_cycles: int, array=None):
         self.set_bytes = steps * dma.config.ti * dma.config.to
         self.dram, self.address, self.per_row = dram, address, blocks * ib
         self.blocks, self.ib, self.pass_cycles = blocks, ib, pass_cycles
+        # the passes' timing when the datapath may hold (ShortcutReader.run_pass)
+        self.array = array
         self.total, self.steps = self.per_row * rows, steps
         self.one_word = steps == 1 and uses == 1
         self.word_taken = -1                    # the cycle the array took the last set's word
@@ -111,14 +113,22 @@ class WeightStream:
 
     def passes(self, oy: int, start: int):
         """The end of each output block's last pass in output row ``oy`` (which may start at
-        ``start``): each pass runs once its set can be replayed. A generator, so that what
-        a block's end sets off (its writes) is submitted before the next sets are waited for."""
+        ``start``): each pass runs once its set can be replayed (behind an ADD, and while
+        the datapath does not hold: ``array``). A generator, so that what a block's end sets
+        off (its writes) is submitted before the next sets are waited for."""
         block_end = start
         for ob in range(self.blocks):
             first = (oy * self.blocks + ob) * self.ib
             for k in range(first, first + self.ib):
-                block_end = max(block_end, self.ready(k) - 1) + self.pass_cycles
-                self.release(k, block_end)
+                begin = max(block_end, self.ready(k) - 1)
+                if self.array is None:
+                    block_end = begin + self.pass_cycles
+                    self.release(k, block_end)
+                else:
+                    block_end, before_last = self.array.run_pass(
+                        begin, k == first + self.ib - 1, self.advance)
+                    # a pass held before its last step releases its set before the hold
+                    self.release(k, block_end if self.one_word else before_last + 1)
             yield block_end
 
     @property
