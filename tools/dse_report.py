@@ -162,10 +162,14 @@ def _summary(result, fronts: dict[str, dict[str, list[dict]]]) -> str:
         paper = [r for r in rows if r["network"] == network and paper_point(r)]
         if paper:
             p = paper[0]
-            where = "on" if any(p is r for f in by_metric.values() for r in f) else "off"
-            lines += [f"The paper's design point ({p['config']}): "
-                      + (f"{p['latency_ms']:.3f} ms, {where} a front." if p.get("latency_ms")
-                         not in (None, "") else f"not run ({p['reason']}).")]
+            if p.get("latency_ms") in (None, ""):
+                verdict = f"not run ({p['reason']})."
+            elif p.get("feasible") != 1:
+                verdict = f"{p['latency_ms']:.3f} ms, but infeasible: {p['reason']}."
+            else:
+                on = any(p is r for f in by_metric.values() for r in f)
+                verdict = f"{p['latency_ms']:.3f} ms, {'on' if on else 'off'} a front."
+            lines.append(f"The paper's design point ({p['config']}): {verdict}")
         else:
             lines.append("The paper's design point is not in this sweep.")
         lines.append("")
