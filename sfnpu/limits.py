@@ -24,7 +24,23 @@ from sfnpu.isa import (ConvKind, Eltwise, InputTransform, Instruction, Location,
 __all__ = ["StoreSizes", "GroupShape", "group_shape", "overflows", "loads_whole_weights",
            "HeldWeights", "weight_store_after", "with_held_weights", "stages_input",
            "staging_buffer", "staging_location", "store_words", "prefetch_fits",
-           "prefetch_pays", "chunk_blocks", "double_buffer_fits"]
+           "prefetch_pays", "chunk_blocks", "double_buffer_fits", "rtl_problems"]
+
+
+def rtl_problems(config: HwConfig) -> list[str]:
+    """Why the RTL's group controller cannot be generated for ``config``, one phrase each;
+    empty when it can. The compiler, the golden model and the cycle model take any valid
+    configuration; the gateware (``hw.controller``) checks this list when it is built."""
+    problems = []
+    if config.ti != config.to:
+        problems.append("the group controller needs Ti == To")
+    B, L = config.dram_bus_bytes, config.lanes
+    if B > layout.PARAM_ALIGN or L % B:
+        problems.append(f"the controller needs a bus of at most {layout.PARAM_ALIGN} bytes "
+                        f"that divides the {L}-byte word (bus: {B} bytes)")
+    if len(set(config.buffer_bytes)) != 1:
+        problems.append("the controller's on-chip buffers {0, 1, 2} are of one size")
+    return problems
 
 
 def _ceil_div(a: int, b: int) -> int:

@@ -101,10 +101,9 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from sfnpu import layout
 from sfnpu.config import HwConfig
 from sfnpu.isa import Activation, Eltwise, MemSpace
-from sfnpu.limits import StoreSizes
+from sfnpu.limits import StoreSizes, rtl_problems
 from sfnpu.regmap import StallCause
 
 from ..axi import Axi4Signature
@@ -159,15 +158,9 @@ class GroupController(wiring.Component):
     """
 
     def __init__(self, config: HwConfig, *, addr_width: int = 32):
-        B, L = config.dram_bus_bytes, config.lanes
-        if config.ti != config.to:
-            raise ValueError("the group controller needs ti == to")
-        if B > layout.PARAM_ALIGN or L % B:
-            raise ValueError(f"config {config.name!r}: the controller needs a bus of at most "
-                             f"{layout.PARAM_ALIGN} bytes that divides the {L}-byte word "
-                             f"(bus: {B} bytes)")
-        if len(set(config.buffer_bytes)) != 1:
-            raise ValueError("the controller's on-chip buffers {0, 1, 2} are of one size")
+        if problems := rtl_problems(config):
+            raise ValueError(f"config {config.name!r}: {'; '.join(problems)}")
+        B = config.dram_bus_bytes
         self.config = config
         self.addr_width = addr_width
         sizes = StoreSizes.of(config)
