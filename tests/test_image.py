@@ -250,8 +250,7 @@ def test_plan_rejections():
 
 def test_first_groups_keeps_every_other_section_in_place(sample):
     full = image.unpack(sample.blob, TINY)
-    if len(full.program) < 2:
-        pytest.skip("the sample image has one group")
+    assert len(full.program) >= 2, "the sample image needs groups beyond the first"
     head = image.unpack(image.first_groups(sample.blob, TINY, 1), TINY)
     assert len(head.program) == 1 and head.program[0].last == 1
     assert head.program[0].replace(last=0, prefetch=0) == \
