@@ -67,8 +67,8 @@ class SimSystem(wiring.Component):
     ---------
     csr : In(AxiLiteSignature(CSR_ADDR_WIDTH))
     irq : Out(1)
-    backdoor_addr, backdoor_wdata, backdoor_we, backdoor_rdata :
-        The DRAM model's word port (see :class:`~sfnpu.hw.axi_mem.AxiMemory`).
+    backdoor_addr, backdoor_wdata, backdoor_we, backdoor_rdata, backdoor_dump :
+        The DRAM model's word port and file dump (see :class:`~sfnpu.hw.axi_mem.AxiMemory`).
     """
 
     def __init__(self, config: HwConfig, *, dram_bytes: int, addr_width: int = 32):
@@ -83,6 +83,7 @@ class SimSystem(wiring.Component):
             "backdoor_wdata": In(config.dram_bus_bits),
             "backdoor_we": In(1),
             "backdoor_rdata": Out(config.dram_bus_bits),
+            "backdoor_dump": In(1),
         })
 
     def elaborate(self, platform):
@@ -98,5 +99,6 @@ class SimSystem(wiring.Component):
             dram.backdoor_wdata.eq(self.backdoor_wdata),
             dram.backdoor_we.eq(self.backdoor_we),
             self.backdoor_rdata.eq(dram.backdoor_rdata),
+            dram.backdoor_dump.eq(self.backdoor_dump),
         ]
         return m

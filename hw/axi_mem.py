@@ -50,8 +50,11 @@ so it is part of the generated Verilog and works in every simulator (large image
 Verilog). In Amaranth's simulator :meth:`backdoor_read` / :meth:`backdoor_write` access the
 contents at any time without bus cycles. With ``backdoor=True`` the model also has a word-wide
 port (``backdoor_addr``/``backdoor_wdata``/``backdoor_we``/``backdoor_rdata``) through which a
-compiled harness (:mod:`sfnpu.tb.system`) loads an image and reads results at one word per
-cycle, with no Python per cycle.
+compiled harness (:mod:`sfnpu.tb.firmware`) loads an image and reads results at one word per
+cycle, and a file backdoor for testbenches that must not spend Python per word
+(:mod:`sfnpu.tb.system`): the plusarg ``+sfnpu_load=FILE`` preloads the array at time 0
+(``$readmemh``), and a clock edge with ``backdoor_dump`` high writes words ``[0,
++sfnpu_dump_words)`` to ``+sfnpu_dump=FILE`` (``$writememh``).
 """
 
 from __future__ import annotations
@@ -80,13 +83,20 @@ module sfnpu_sim_dram #(parameter WORDS = 1, parameter WIDTH = 64) (
   input [$clog2(WORDS)-1:0] raddr, output [WIDTH-1:0] rdata,
   input [$clog2(WORDS)-1:0] waddr, input [WIDTH-1:0] wdata, input [WIDTH/8-1:0] wstrb,
   input [$clog2(WORDS)-1:0] baddr, input [WIDTH-1:0] bwdata, input bwe,
-  output [WIDTH-1:0] brdata);
+  output [WIDTH-1:0] brdata, input bdump);
   reg [WIDTH-1:0] mem [0:WORDS-1];
   integer i;
   // +sfnpu_load=FILE preloads the array at time 0 ($readmemh, `@word` addresses): a harness
   // loads a multi-megabyte image without spending a clock cycle per word on the word port.
   string load_file;
   initial if ($value$plusargs("sfnpu_load=%s", load_file)) $readmemh(load_file, mem);
+  // +sfnpu_dump=FILE +sfnpu_dump_words=N: an edge with bdump high writes the first N words.
+  string dump_file;
+  integer dump_words;
+  always @(posedge clk)
+    if (bdump && $value$plusargs("sfnpu_dump=%s", dump_file)
+        && $value$plusargs("sfnpu_dump_words=%d", dump_words))
+      $writememh(dump_file, mem, 0, dump_words - 1);
   assign rdata = mem[raddr];
   assign brdata = mem[baddr];
   always @(posedge clk) begin
@@ -180,6 +190,7 @@ class AxiMemory(wiring.Component):
                 "backdoor_wdata": In(data_width),
                 "backdoor_we": In(1),
                 "backdoor_rdata": Out(data_width),
+                "backdoor_dump": In(1),
             })
         super().__init__(members)
 
@@ -253,7 +264,8 @@ class AxiMemory(wiring.Component):
                 i_clk=ClockSignal(), i_raddr=read_port.addr, o_rdata=read_port.data,
                 i_waddr=write_port.addr, i_wdata=write_port.data, i_wstrb=write_port.en,
                 i_baddr=self.backdoor_addr, i_bwdata=self.backdoor_wdata,
-                i_bwe=self.backdoor_we, o_brdata=self.backdoor_rdata)
+                i_bwe=self.backdoor_we, o_brdata=self.backdoor_rdata,
+                i_bdump=self.backdoor_dump)
 
         now = Signal(_TIME_BITS)
         m.d.sync += now.eq(now + 1)

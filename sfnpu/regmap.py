@@ -265,6 +265,15 @@ def by_offset(offset: int) -> Register | None:
     return _BY_OFFSET.get(offset)
 
 
+def offsets_and_masks() -> dict:
+    """The map as plain data — ``{"magic", "offsets": {register: offset}, "masks":
+    {"REGISTER.field": mask}}`` — for processes that drive the bus but should not load
+    Amaranth (the cocotb testbench: :mod:`sfnpu.tb.cocotb_system`)."""
+    return {"magic": MAGIC,
+            "offsets": {r.name: r.offset for r in REGISTERS},
+            "masks": {f"{r.name}.{f.name}": f.mask for r in REGISTERS for f in r.fields}}
+
+
 def wide_registers() -> dict[str, tuple[Register, Register]]:
     """64-bit quantities: base name → (LO, HI)."""
     return {r.name[:-3]: (r, _BY_NAME[r.name[:-3] + "_HI"])

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sfnpu.config import HwConfig
-from sfnpu.hw.axi_mem import SIM_DRAM_VERILOG
 
-from .verilator import REPO_ROOT, build_verilated, to_verilog
+from .elaborate import system_verilog
+from .verilator import REPO_ROOT, build_verilated
 
 __all__ = ["FIRMWARE", "FirmwareHarness", "FirmwareRun", "build_firmware_library"]
 
@@ -224,7 +224,6 @@ class FirmwareHarness:
     """The C driver and host program linked against the Verilated SimSystem of ``config``."""
 
     def __init__(self, config: HwConfig, build_dir, *, dram_bytes: int = 1 << 22, jobs: int = 2):
-        from sfnpu.hw.accelerator import SimSystem
         if config.dram_bus_bytes > 8:
             raise ValueError(f"config {config.name!r}: the firmware harness handles DRAM buses "
                              f"of up to 64 bits, not {config.dram_bus_bits}")
@@ -233,7 +232,7 @@ class FirmwareHarness:
         self.build_dir = Path(build_dir)
         self.library = build_firmware_library(self.build_dir / "lib")
         name = "fw_system"
-        verilog = to_verilog(SimSystem(config, dram_bytes=dram_bytes), name) + SIM_DRAM_VERILOG
+        verilog = system_verilog(config, dram_bytes, name).read_text()
         platform = _PLATFORM.format(top=name, bus_bytes=config.dram_bus_bytes,
                                     words=dram_bytes // config.dram_bus_bytes,
                                     clock_mhz=float(config.clock_mhz),

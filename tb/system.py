@@ -1,239 +1,51 @@
-"""Run DRAM images on the whole accelerator in Verilator, with no Python per clock.
+"""Run DRAM images on the whole accelerator: cocotb's runner on Verilator, no Python per clock.
 
 :class:`SystemHarness` builds :class:`sfnpu.hw.accelerator.SimSystem` (accelerator + timed DRAM
-model) with a compiled C++ driver. The driver is a register-level host written against the
-generated register header ``firmware/include/sfnpu_regs.h`` — the same header firmware uses — so
-every run also checks that header against the RTL. A run:
+model) once per design (:mod:`sfnpu.tb.elaborate` caches the Verilog, :mod:`sfnpu.tb.cocotb_build`
+the simulator, with only the top-level ports public). A run starts the cocotb testbench
+:mod:`sfnpu.tb.cocotb_system` through the runner:
 
-1. loads the image into the DRAM model at time 0, before reset is released: ``$readmemh`` of
-   a hex file it writes (no clock cycles, no bus cycles, not part of the run);
-2. programs IMAGE_BASE, the DMA window and CONTROL (interrupt enable, start) over AXI4-Lite;
-3. waits for the interrupt — up to ``max_cycles``, after which it reports a timeout instead of
-   hanging;
-4. reads STATUS, the error registers, every counter and the per-group log (cycles, DRAM
-   bytes read and written) over AXI4-Lite,
-   and dumps the DRAM through the backdoor.
+1. the image is in the DRAM model at time 0, before reset is released (``$readmemh`` of a hex
+   file written here: no clock cycles, no bus cycles, not part of the run);
+2. the testbench programs IMAGE_BASE, the DMA window and CONTROL (interrupt enable, start) over
+   AXI4-Lite, with offsets and fields from :mod:`sfnpu.regmap`;
+3. it waits on one trigger: the interrupt, or ``max_cycles`` — a timeout is reported, never a
+   hang;
+4. it reads STATUS, the error registers, every counter and the per-group log (cycles, DRAM
+   bytes read and written) over AXI4-Lite, and the DRAM model writes its contents to a file
+   (``$writememh``).
+
+:meth:`SystemHarness.run` returns that as a :class:`RunResult`; :class:`Scoreboard` compares it
+with the golden model (the whole DRAM) and the cycle model (every group's cycles and bytes).
+The firmware test (:mod:`sfnpu.tb.firmware`) keeps a C++ host, because running the C driver
+is its point.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
+import shutil
 import struct
-import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from sfnpu import image, regmap
 from sfnpu.config import HwConfig
 from sfnpu.regmap import ErrorCode
 
-from .verilator import REPO_ROOT, build_verilated, to_verilog
+from .cocotb_build import CocotbBuild
+from .cocotb_system import CLOCK_NS, COUNTERS
+from .elaborate import system_verilog
 
-from sfnpu.hw.axi_mem import SIM_DRAM_VERILOG
+__all__ = ["SystemHarness", "RunResult", "Scoreboard", "COUNTERS", "wave_format",
+           "system_ports"]
 
-__all__ = ["SystemHarness", "RunResult", "COUNTERS", "wave_format"]
-
-#: 64-bit counters read after a run (register-name stems of sfnpu.regmap).
-COUNTERS = ("CYCLES", "STALL_DRAM_READ", "STALL_DRAM_WRITE", "STALL_WEIGHTS", "STALL_CONTROL",
-            "DRAM_READ_BYTES", "DRAM_WRITE_BYTES")
-
-_DRIVER = r"""
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <string>
-#include <vector>
-#include "V{top}.h"
-#include "verilated.h"
-#include "sfnpu_regs.h"
-#if defined(SFNPU_TRACE_FST)
-#include "verilated_fst_c.h"
-typedef VerilatedFstC Trace;
-#elif defined(SFNPU_TRACE_VCD)
-#include "verilated_vcd_c.h"
-typedef VerilatedVcdC Trace;
-#endif
-
-static V{top}* dut;
-static uint64_t cycle = 0;
-#if defined(SFNPU_TRACE_FST) || defined(SFNPU_TRACE_VCD)
-static Trace* trace = nullptr;
-static void dump(uint64_t t) {{ if (trace) trace->dump(t); }}
-#else
-static void dump(uint64_t) {{}}
-#endif
-
-static void tick() {{
-    dut->clk = 1; dut->eval(); dump(2 * cycle + 1);
-    dut->clk = 0; dut->eval(); dump(2 * cycle + 2);
-    ++cycle;
-}}
-
-static void fail(const char* what) {{
-    std::fprintf(stderr, "system driver: %s (cycle %llu)\n", what, (unsigned long long)cycle);
-    std::exit(3);
-}}
-
-static void csr_write(uint32_t addr, uint32_t value) {{
-    dut->csr__aw__payload = addr; dut->csr__aw__valid = 1;
-    dut->csr__w__payload = ((uint64_t)0xF << 32) | value; dut->csr__w__valid = 1;
-    dut->csr__b__ready = 1;
-    for (int t = 0; t < 1000; ++t) {{
-        dut->eval();
-        bool aw = dut->csr__aw__valid && dut->csr__aw__ready;
-        bool w = dut->csr__w__valid && dut->csr__w__ready;
-        bool b = dut->csr__b__valid;
-        unsigned resp = dut->csr__b__payload & 3;
-        tick();
-        if (aw) dut->csr__aw__valid = 0;
-        if (w) dut->csr__w__valid = 0;
-        if (b) {{
-            dut->csr__b__ready = 0;
-            if (resp != 0) fail("register write answered with an error");
-            return;
-        }}
-    }}
-    fail("register write timed out");
-}}
-
-static uint32_t csr_read(uint32_t addr) {{
-    dut->csr__ar__payload = addr; dut->csr__ar__valid = 1; dut->csr__r__ready = 1;
-    for (int t = 0; t < 1000; ++t) {{
-        dut->eval();
-        bool ar = dut->csr__ar__valid && dut->csr__ar__ready;
-        bool r = dut->csr__r__valid;
-        uint64_t payload = dut->csr__r__payload;
-        tick();
-        if (ar) dut->csr__ar__valid = 0;
-        if (r) {{
-            dut->csr__r__ready = 0;
-            if (((payload >> 32) & 3) != 0) fail("register read answered with an error");
-            return (uint32_t)payload;
-        }}
-    }}
-    fail("register read timed out");
-    return 0;
-}}
-
-int main(int argc, char** argv) {{
-    if (argc != 10) fail("usage: image dram_out result_out base window_base window_limit "
-                         "max_cycles dump_bytes abort_after");
-    dut = new V{top};
-#if defined(SFNPU_TRACE_FST) || defined(SFNPU_TRACE_VCD)
-    // Waves of the whole run (image load included) to $SFNPU_WAVES.
-    if (const char* waves = std::getenv("SFNPU_WAVES")) {{
-        Verilated::traceEverOn(true);
-        trace = new Trace;
-        dut->trace(trace, 99);
-        trace->open(waves);
-    }}
-#endif
-    uint64_t base = std::strtoull(argv[4], 0, 0);
-    uint64_t window_base = std::strtoull(argv[5], 0, 0);
-    uint64_t window_limit = std::strtoull(argv[6], 0, 0);
-    uint64_t max_cycles = std::strtoull(argv[7], 0, 0);
-    uint64_t dump_bytes = std::strtoull(argv[8], 0, 0);
-    uint64_t abort_after = std::strtoull(argv[9], 0, 0);
-    const unsigned B = {bus_bytes};
-
-    FILE* f = std::fopen(argv[1], "rb");
-    if (!f) fail("cannot open the image");
-    std::vector<uint8_t> img;
-    int c;
-    while ((c = std::fgetc(f)) != EOF) img.push_back((uint8_t)c);
-    std::fclose(f);
-
-    // The DRAM model reads the image at time 0 from a hex file ($readmemh, no clock cycles).
-    std::string hex = std::string(argv[1]) + ".hex";
-    FILE* h = std::fopen(hex.c_str(), "w");
-    if (!h) fail("cannot write the image's hex file");
-    std::fprintf(h, "@%llx\n", (unsigned long long)(base / B));
-    for (size_t off = 0; off < img.size(); off += B) {{
-        uint64_t word = 0;
-        for (unsigned b = 0; b < B && off + b < img.size(); ++b)
-            word |= (uint64_t)img[off + b] << (8 * b);
-        std::fprintf(h, "%0*llx\n", (int)(2 * B), (unsigned long long)word);
-    }}
-    std::fclose(h);
-    std::string load = "+sfnpu_load=" + hex;
-    const char* args[] = {{argv[0], load.c_str()}};
-    Verilated::commandArgs(2, args);
-    dut->rst = 1; dut->clk = 0; dut->eval();
-    std::remove(hex.c_str());
-    for (int k = 0; k < 4; ++k) tick();
-    dut->rst = 0; tick();
-    cycle = 0;
-
-    if (csr_read(SFNPU_REG_ID) != SFNPU_ID_MAGIC) fail("ID register");
-    csr_write(SFNPU_REG_IMAGE_BASE_LO, (uint32_t)base);
-    csr_write(SFNPU_REG_IMAGE_BASE_HI, (uint32_t)(base >> 32));
-    csr_write(SFNPU_REG_DMA_WINDOW_BASE_LO, (uint32_t)window_base);
-    csr_write(SFNPU_REG_DMA_WINDOW_BASE_HI, (uint32_t)(window_base >> 32));
-    csr_write(SFNPU_REG_DMA_WINDOW_LIMIT_LO, (uint32_t)window_limit);
-    csr_write(SFNPU_REG_DMA_WINDOW_LIMIT_HI, (uint32_t)(window_limit >> 32));
-    csr_write(SFNPU_REG_CONTROL, SFNPU_CONTROL_IRQ_ENABLE_MASK);
-    csr_write(SFNPU_REG_CONTROL, SFNPU_CONTROL_IRQ_ENABLE_MASK | SFNPU_CONTROL_START_MASK);
-    uint64_t started = cycle;
-    bool timeout = false, aborted = false;
-    while (!dut->irq) {{
-        if (abort_after && !aborted && cycle - started >= abort_after) {{
-            csr_write(SFNPU_REG_CONTROL, SFNPU_CONTROL_SOFT_RESET_MASK);
-            aborted = true;
-            break;
-        }}
-        if (cycle - started >= max_cycles) {{ timeout = true; break; }}
-        tick();
-    }}
-    uint64_t waited = cycle - started;
-    // Let an aborted or failed core finish its bus transactions before reading the status.
-    for (int k = 0; k < 10000 && (csr_read(SFNPU_REG_STATUS) & SFNPU_STATUS_BUSY_MASK); ++k)
-        for (int t = 0; t < 16; ++t) tick();
-
-    FILE* r = std::fopen(argv[3], "w");
-    std::fprintf(r, "timeout %d\naborted %d\nwaited %llu\n", timeout ? 1 : 0, aborted ? 1 : 0,
-                 (unsigned long long)waited);
-    std::fprintf(r, "STATUS %u\nERROR_CODE %u\nERROR_GROUP %u\n", csr_read(SFNPU_REG_STATUS),
-                 csr_read(SFNPU_REG_ERROR_CODE), csr_read(SFNPU_REG_ERROR_GROUP));
-    {{
-        uint64_t lo = csr_read(SFNPU_REG_ERROR_ADDR_LO);
-        uint64_t hi = csr_read(SFNPU_REG_ERROR_ADDR_HI);
-        std::fprintf(r, "ERROR_ADDR %llu\n", (unsigned long long)(lo | hi << 32));
-    }}
-{read_counters}
-    uint32_t groups = csr_read(SFNPU_REG_GROUP_COUNT);
-    uint32_t depth = csr_read(SFNPU_REG_GROUP_LOG_DEPTH);
-    std::fprintf(r, "GROUP_COUNT %u\n", groups);
-    csr_write(SFNPU_REG_GROUP_LOG_INDEX, 0);
-    for (uint32_t k = 0; k < groups && k < depth; ++k) {{
-        // The byte fields first: reading GROUP_LOG_DATA advances the index.
-        uint32_t read = csr_read(SFNPU_REG_GROUP_LOG_READ_BYTES);
-        uint32_t written = csr_read(SFNPU_REG_GROUP_LOG_WRITE_BYTES);
-        std::fprintf(r, "GROUP_LOG %u %u %u\n", csr_read(SFNPU_REG_GROUP_LOG_DATA), read,
-                     written);
-    }}
-    std::fclose(r);
-
-    FILE* d = std::fopen(argv[2], "wb");
-    for (uint64_t off = 0; off < dump_bytes; off += B) {{
-        dut->backdoor_addr = off / B; dut->eval();
-        uint64_t word = dut->backdoor_rdata;
-        for (unsigned b = 0; b < B; ++b) std::fputc((int)((word >> (8 * b)) & 0xFF), d);
-    }}
-    std::fclose(d);
-#if defined(SFNPU_TRACE_FST) || defined(SFNPU_TRACE_VCD)
-    if (trace) trace->close();
-#endif
-    delete dut;
-    return 0;
-}}
-"""
-
-_READ_COUNTER = """    {{
-        uint64_t lo = csr_read(SFNPU_REG_{name}_LO);
-        uint64_t hi = csr_read(SFNPU_REG_{name}_HI);
-        std::fprintf(r, "{name} %llu\\n", (unsigned long long)(lo | hi << 32));
-    }}"""
+TOP = "sim_system"          # the accelerator and the DRAM model (tb.elaborate)
+BENCH = "sim_bench"         # TOP with its clock (bench_verilog)
 
 
 def wave_format() -> tuple[str, str]:
@@ -273,36 +85,105 @@ class RunResult:
         return bool(self.status & regmap.register("STATUS").field("error").mask)
 
 
+def _signature_ports(config: HwConfig, dram_bytes: int) -> list[tuple[str, int, bool]]:
+    """(Verilog name, width, is input) of SimSystem's ports besides the clock."""
+    from amaranth.hdl import Shape
+    from amaranth.lib.wiring import In
+    from sfnpu.hw.accelerator import SimSystem
+
+    system = SimSystem(config, dram_bytes=dram_bytes)
+    system._MustUse__silence = True         # built for its signature, never elaborated
+    ports = [("rst", 1, True)]
+    for path, member in system.signature.members.flatten():
+        if member.is_port:
+            ports.append(("__".join(map(str, path)), Shape.cast(member.shape).width,
+                          member.flow == In))
+    return ports
+
+
+def system_ports(config: HwConfig, dram_bytes: int) -> list[str]:
+    """The Verilog names of the bench's signals the testbench touches: the clock and
+    SimSystem's ports."""
+    return ["clk"] + [name for name, _, _ in _signature_ports(config, dram_bytes)]
+
+
+def bench_verilog(config: HwConfig, dram_bytes: int) -> str:
+    """The top the simulator runs: SimSystem with its clock generated in Verilog and its
+    reset through a register (a reset synchroniser).
+
+    The clock is Verilator's own timed process rather than a cocotb clock driver, so a half
+    period costs an evaluation of the model and no VPI write (1.4× faster on PP-LCNet). The
+    reset register matters as much: Verilator re-evaluates all logic that depends on a signal
+    the testbench may write (a port or a public register) at every evaluation, since it
+    cannot know which changed, and Amaranth's next-state logic depends on the reset — the
+    model would evaluate a fifth of the design twice per clock for nothing (156 → 202 k
+    cycles/s). The other inputs reach only the CSR and backdoor decoders. The clock's period
+    is :data:`~sfnpu.tb.cocotb_system.CLOCK_NS`, the testbench's."""
+    ports = _signature_ports(config, dram_bytes)
+
+    def declaration(name, width, is_input):
+        return f"  {'reg' if is_input else 'wire'} [{width - 1}:0] {name};"
+
+    lines = ["`timescale 1ns/1ps", f"module {BENCH};",
+             *(declaration(*port) for port in ports),
+             "  reg clk = 1'b0;",
+             f"  always #{CLOCK_NS / 2:g} clk = ~clk;",
+             "  reg rst_sync = 1'b1;",
+             "  always @(posedge clk) rst_sync <= rst;",
+             f"  {TOP} system(",
+             ",\n".join(["    .clk(clk)", "    .rst(rst_sync)"]
+                       + [f"    .{name}({name})" for name, _, _ in ports if name != "rst"]),
+             "  );", "endmodule", ""]
+    return "\n".join(lines)
+
+
+def _hex_image(blob: bytes, base: int, bus_bytes: int) -> str:
+    """``$readmemh`` text: the image's words from word ``base / bus_bytes`` on."""
+    padded = blob + bytes(-len(blob) % bus_bytes)
+    words = np.frombuffer(padded, np.uint8).reshape(-1, bus_bytes)[:, ::-1]
+    digits = words.tobytes().hex()
+    width = 2 * bus_bytes
+    lines = [digits[k:k + width] for k in range(0, len(digits), width)]
+    return f"@{base // bus_bytes:x}\n" + "\n".join(lines) + "\n"
+
+
+def _read_dump(path: Path, bus_bytes: int) -> bytes:
+    """The bytes of a ``$writememh`` file (one word per line, most significant digit first)."""
+    lines = [line for line in path.read_text().split()
+             if not line.startswith(("@", "//"))]
+    width = 2 * bus_bytes
+    digits = "".join(line.rjust(width, "0") for line in lines)
+    words = np.frombuffer(bytes.fromhex(digits), np.uint8).reshape(-1, bus_bytes)
+    return words[:, ::-1].tobytes()
+
+
+def _footprint(blob: bytes) -> int:
+    """The image's DRAM footprint: its header's image_bytes (outputs and intermediates lie
+    past the blob's end)."""
+    if len(blob) < image.HEADER.size:
+        return len(blob)
+    at = image.field_offset(image.HEADER_FIELDS, "image_bytes")
+    return max(len(blob), struct.unpack_from("<I", blob, at)[0])
+
+
 class SystemHarness:
-    """The Verilated :class:`~sfnpu.hw.accelerator.SimSystem` of one configuration."""
+    """The Verilated :class:`~sfnpu.hw.accelerator.SimSystem` of one configuration under
+    cocotb. ``waves`` ("fst" or "vcd") builds with tracing for runs given a ``waves_file``."""
 
     def __init__(self, config: HwConfig, build_dir, *, dram_bytes: int = 1 << 24,
-                 jobs: int = 2, waves: str | None = None):
-        from sfnpu.hw.accelerator import SimSystem
-        if config.dram_bus_bytes > 8:
-            raise ValueError("the system driver handles DRAM buses of up to 64 bits")
+                 waves: str | None = None):
         self.config = config
         self.dram_bytes = dram_bytes
-        self.build_dir = Path(build_dir)
-        name = "sim_system"
-        verilog = to_verilog(SimSystem(config, dram_bytes=dram_bytes), name) + SIM_DRAM_VERILOG
-        counters = "\n".join(_READ_COUNTER.format(name=n) for n in COUNTERS)
-        driver = _DRIVER.format(top=name, bus_bytes=config.dram_bus_bytes,
-                                read_counters=counters)
-        # Verilator escapes "__" in port names (the Verilog backend's member separator).
-        driver = re.sub(r"dut->(\w+)", lambda m: "dut->" + m[1].replace("__", "___05F"),
-                        driver)
-        # The model's per-cycle code with GCC's -O2 instead of the wheel's -Os: about 25 %
-        # faster simulation (PP-LCNet: 126 → 159 k cycles/s) for a similar build time.
-        args = ["-O2", "-MAKEFLAGS", "OPT_FAST=-O2"]
-        if waves not in (None, "fst", "vcd"):
-            raise ValueError(f"waves={waves!r}: choose 'fst', 'vcd' or None")
-        if waves:
-            args += [f"--trace{'-fst' if waves == 'fst' else ''}",
-                     "-CFLAGS", f"-DSFNPU_TRACE_{waves.upper()}"]
+        self.build_dir = Path(build_dir).resolve()
         self.waves = waves
-        self.executable = build_verilated(self.build_dir, name, verilog, driver, args, jobs,
-                                          include_dirs=[REPO_ROOT / "firmware" / "include"])
+        self.build_dir.mkdir(parents=True, exist_ok=True)
+        bench = self.build_dir / f"{BENCH}.v"
+        bench.write_text(bench_verilog(config, dram_bytes))
+        self.build = CocotbBuild([bench, system_verilog(config, dram_bytes, TOP)], BENCH,
+                                 system_ports(config, dram_bytes), self.build_dir,
+                                 waves=waves).ensure()
+
+    _runs = itertools.count()
 
     def run(self, blob: bytes, *, base: int = 0, window: tuple[int, int] | None = None,
             max_cycles: int = 5_000_000, abort_after: int = 0,
@@ -310,42 +191,90 @@ class SystemHarness:
         """Run the image ``blob`` loaded at ``base``; the DMA window defaults to the whole
         DRAM model. ``abort_after`` > 0 writes CONTROL.soft_reset that many cycles after the
         start instead of waiting for the interrupt."""
+        B = self.config.dram_bus_bytes
         if base + len(blob) > self.dram_bytes:
             raise ValueError(f"an image of {len(blob)} bytes at {base:#x} does not fit the "
                              f"{self.dram_bytes}-byte DRAM model")
+        if base % B:
+            raise ValueError(f"base {base:#x} is not a multiple of the {B}-byte bus")
+        if waves_file is not None and not self.waves:
+            raise ValueError("this harness was built without waves (waves='fst'/'vcd')")
         lo, hi = window if window is not None else (0, self.dram_bytes)
-        # The DRAM read back: the image's footprint (its header's image_bytes), in pages.
-        footprint = len(blob)
-        if len(blob) >= image.HEADER.size:
-            at = image.field_offset(image.HEADER_FIELDS, "image_bytes")
-            footprint = max(footprint, struct.unpack_from("<I", blob, at)[0])
-        dump = min(self.dram_bytes, -(-(base + footprint) // 4096) * 4096)
-        tag = f"run-{os.getpid()}-{id(blob):x}"
-        paths = [self.build_dir / f"{tag}.{ext}" for ext in ("img", "dram", "txt")]
+        # The DRAM read back: the image's footprint, in pages.
+        dump_bytes = min(self.dram_bytes, -(-(base + _footprint(blob)) // 4096) * 4096)
+        run_dir = self.build_dir / f"run-{os.getpid()}-{next(self._runs)}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        paths = {name: run_dir / name for name in
+                 ("image.hex", "run.json", "result.json", "dram.hex", "results.xml", "sim.log")}
         try:
-            paths[0].write_bytes(blob)
-            env = dict(os.environ)
-            if waves_file is not None:
-                if not self.waves:
-                    raise ValueError("this harness was built without waves (waves='fst'/'vcd')")
-                env["SFNPU_WAVES"] = str(waves_file)
-            subprocess.run([str(self.executable), *map(str, paths), hex(base), hex(lo), hex(hi),
-                            str(max_cycles), str(dump), str(abort_after)],
-                           check=True, timeout=600, env=env)
-            dram = paths[1].read_bytes()
-            lines = [line.split() for line in paths[2].read_text().splitlines()]
+            paths["image.hex"].write_text(_hex_image(blob, base, B))
+            paths["run.json"].write_text(json.dumps({
+                "base": base, "window": [lo, hi], "max_cycles": max_cycles,
+                "abort_after": abort_after, "result": str(paths["result.json"]),
+                "registers": regmap.offsets_and_masks()}))
+            self._simulate(run_dir, paths, dump_bytes // B, waves_file)
+            values = json.loads(paths["result.json"].read_text())
+            dram = _read_dump(paths["dram.hex"], B)
         finally:
-            for p in paths:
-                p.unlink(missing_ok=True)
-        log = [[int(v) for v in line[1:]] for line in lines if line[0] == "GROUP_LOG"]
-        values = {k: int(v) for k, v in (line for line in lines if line[0] != "GROUP_LOG")}
+            shutil.rmtree(run_dir, ignore_errors=True)
+        log = values["group_log"]
         return RunResult(
-            timeout=bool(values["timeout"]), aborted=bool(values["aborted"]),
-            waited=values["waited"], status=values["STATUS"],
-            error_code=ErrorCode(values["ERROR_CODE"]), error_group=values["ERROR_GROUP"],
-            error_addr=values["ERROR_ADDR"],
-            counters={n: values[n] for n in COUNTERS},
+            timeout=values["timeout"], aborted=values["aborted"], waited=values["waited"],
+            status=values["STATUS"], error_code=ErrorCode(values["ERROR_CODE"]),
+            error_group=values["ERROR_GROUP"], error_addr=values["ERROR_ADDR"],
+            counters=values["counters"],
             group_cycles=[entry[0] for entry in log],
             group_read_bytes=[entry[1] for entry in log],
             group_write_bytes=[entry[2] for entry in log],
             dram=dram)
+
+    def _simulate(self, run_dir: Path, paths: dict[str, Path], dump_words: int,
+                  waves_file: Path | None) -> None:
+        """The cocotb run; a failed testbench is an error that quotes its log."""
+        plusargs = [f"+sfnpu_load={paths['image.hex']}", f"+sfnpu_dump={paths['dram.hex']}",
+                    f"+sfnpu_dump_words={dump_words}"]
+        test_args = ["--trace-file", str(waves_file)] if waves_file is not None else []
+        try:
+            self.build.runner().test(
+                test_module="sfnpu.tb.cocotb_system", testcase="run_image", hdl_toplevel=BENCH,
+                hdl_toplevel_lang="verilog",
+                build_dir=self.build_dir, test_dir=run_dir, plusargs=plusargs,
+                test_args=test_args, waves=waves_file is not None,
+                extra_env={"SFNPU_RUN": str(paths["run.json"])},
+                results_xml=str(paths["results.xml"]), log_file=paths["sim.log"])
+            failed = not paths["result.json"].exists()
+        except (RuntimeError, SystemExit):
+            failed = True
+        if failed:
+            log = paths["sim.log"].read_text() if paths["sim.log"].exists() else "(no log)"
+            raise RuntimeError(f"the cocotb system testbench failed on {self.config.name}:\n"
+                               f"{log[-6000:]}")
+
+
+class Scoreboard:
+    """A run against the models: the whole DRAM against the golden model's after the same
+    image, every group's cycles and DRAM bytes against the cycle model's (bytes exactly,
+    cycles within its tolerance)."""
+
+    def __init__(self, config: HwConfig):
+        from sfnpu.sim.cycle import CycleModel
+        from sfnpu.sim.golden import GoldenModel
+        self.golden = GoldenModel(config)
+        self.cycle_model = CycleModel(config)
+
+    def problems(self, blob: bytes, result: RunResult) -> list[str]:
+        """What differs; empty when the run is bit-exact and cycle-exact."""
+        from sfnpu.sim.cycle import compare
+        if result.timeout:
+            return ["no interrupt: the accelerator hung"]
+        if result.error or not result.done:
+            return [f"the accelerator stopped with {result.error_code.name} in group "
+                    f"{result.error_group}"]
+        golden = np.frombuffer(bytes(self.golden.run(blob).dram), np.uint8)
+        dram = np.frombuffer(result.dram[:golden.size], np.uint8)
+        differ = np.flatnonzero(dram != golden)
+        found = [f"{differ.size} DRAM bytes differ from the golden model, first at "
+                 f"{differ[:8].tolist()}"] if differ.size else []
+        comparison = compare(self.cycle_model.run(blob), result.group_cycles,
+                             result.group_read_bytes, result.group_write_bytes)
+        return found + comparison.problems()

@@ -21,19 +21,18 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
 import itertools
 import json
 import os
 import time
 import tomllib
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable, Iterator, Mapping, Sequence
 
 from sfnpu.config import CONFIGS, DEVICES, ConfigError, HwConfig
+from sfnpu.fingerprint import source_digest
 
 __all__ = ["DEFAULT_SPEC", "SpecError", "NetworkSpec", "Space", "Spec", "Point", "PointCache",
            "SerialRunner", "RayRunner", "compiler_version", "evaluate_point", "fastest_program",
@@ -204,19 +203,10 @@ class Point:
 _VERSIONED = ("sfnpu", "sfnpu.hw", "sfnpu.sim", "sfnpu.compiler", "sfnpu.models")
 
 
-@lru_cache(maxsize=1)
 def compiler_version() -> str:
     """A hash of the source that computes a point: the contracts, the RTL blocks whose
     constants the cycle model takes, the cycle model, the compiler and the model builders."""
-    digest = hashlib.sha256()
-    for package in _VERSIONED:
-        folder = Path(importlib.import_module(package).__file__).parent
-        for path in sorted(folder.glob("*.py")) + sorted(folder.glob("*/*.py")):
-            if package == "sfnpu" and path.parent != folder:
-                continue        # the mapped sub-packages are hashed on their own
-            digest.update(path.name.encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    return source_digest(*_VERSIONED)
 
 
 def prepare_model(network: NetworkSpec, workdir: Path) -> bytes:
