@@ -178,7 +178,12 @@ class SystemHarness:
         self.waves = waves
         self.build_dir.mkdir(parents=True, exist_ok=True)
         bench = self.build_dir / f"{BENCH}.v"
-        bench.write_text(bench_verilog(config, dram_bytes))
+        text = bench_verilog(config, dram_bytes)
+        if not bench.exists() or bench.read_text() != text:
+            # Whole or not at all: another worker's build may be reading the file.
+            partial = bench.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(text)
+            partial.replace(bench)
         self.build = CocotbBuild([bench, system_verilog(config, dram_bytes, TOP)], BENCH,
                                  system_ports(config, dram_bytes), self.build_dir,
                                  waves=waves).ensure()

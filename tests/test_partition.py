@@ -13,7 +13,6 @@ from sfnpu.compiler.partition import AcceleratorSegment, Partitioned, compile_pa
 from sfnpu.compiler.pipeline import Compiled, run_onnxruntime
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
-from sfnpu.sim.cycle import CycleModel, compare
 from sfnpu.sim.golden import GoldenModel
 
 TINY = get_config("tiny")
@@ -191,7 +190,7 @@ def test_segments_on_the_rtl(quantised, name, harness_tiny):
     assert len(blobs) == len(program.accelerated)
     for blob in blobs:
         assert image.unpack(blob, TINY).program
-        rtl_matches(harness_tiny, blob, golden)
+        rtl_matches(harness_tiny, blob)
 
 
 def runs_like_onnxruntime_on_the_rtl(program, path, x, harness):
@@ -202,19 +201,16 @@ def runs_like_onnxruntime_on_the_rtl(program, path, x, harness):
     want = run_onnxruntime(onnx.load(str(path)), {"x": x})
     assert all(np.array_equal(want[k], got[k]) for k in want)
     for blob in blobs:
-        rtl_matches(harness, blob, golden)
+        rtl_matches(harness, blob)
 
 
-def rtl_matches(harness, blob: bytes, golden: GoldenModel):
+def rtl_matches(harness, blob: bytes):
     """The image on the RTL: no error, the whole DRAM the golden model's, and every group's
     cycles and DRAM bytes the cycle model's."""
-    result = harness.run(blob)
-    assert not (result.timeout or result.error)
-    reference = bytes(golden.run(blob).dram)
-    assert bytes(result.dram[:len(reference)]) == reference
-    comparison = compare(CycleModel(TINY).run(blob), result.group_cycles,
-                         result.group_read_bytes, result.group_write_bytes)
-    assert not comparison.problems(), comparison.problems()
+    from sfnpu.tb.system import Scoreboard
+
+    problems = Scoreboard(harness.config).problems(blob, harness.run(blob))
+    assert not problems, problems
 
 
 @pytest.fixture(scope="module")
@@ -432,4 +428,4 @@ def test_real_model_first_groups_on_the_rtl(real_quantised, harness_tiny, name):
     groups = len(image.unpack(blobs[0], TINY).program)
     sliced = image.first_groups(blobs[0], TINY, min(SLICE_GROUPS, groups))
     assert len(image.unpack(sliced, TINY).program) == min(SLICE_GROUPS, groups)
-    rtl_matches(harness_tiny, sliced, golden)
+    rtl_matches(harness_tiny, sliced)
