@@ -223,7 +223,7 @@ class FirmwareRun:
 class FirmwareHarness:
     """The C driver and host program linked against the Verilated SimSystem of ``config``."""
 
-    def __init__(self, config: HwConfig, build_dir, *, dram_bytes: int = 1 << 22, jobs: int = 2):
+    def __init__(self, config: HwConfig, build_dir, *, dram_bytes: int = 1 << 24, jobs: int = 2):
         if config.dram_bus_bytes > 8:
             raise ValueError(f"config {config.name!r}: the firmware harness handles DRAM buses "
                              f"of up to 64 bits, not {config.dram_bus_bits}")
@@ -231,7 +231,7 @@ class FirmwareHarness:
         self.dram_bytes = dram_bytes
         self.build_dir = Path(build_dir)
         self.library = build_firmware_library(self.build_dir / "lib")
-        name = "fw_system"
+        name = "sim_system"        # the system harness's design: its elaboration is reused
         verilog = system_verilog(config, dram_bytes, name).read_text()
         platform = _PLATFORM.format(top=name, bus_bytes=config.dram_bus_bytes,
                                     words=dram_bytes // config.dram_bus_bytes,
