@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .groups import Group
-from .ir import Graph
+from .ir import Graph, channel_views
 
 __all__ = ["BlockKind", "Block", "Blocks", "GroupGraph", "detect_blocks", "BlockError"]
 
@@ -52,7 +52,8 @@ class GroupGraph:
     """
     groups: tuple[Group, ...]
     writers: dict[str, tuple[int, ...]]       # tensor → groups writing it (concat: several)
-    readers: dict[str, tuple[int, ...]]       # tensor → groups reading it (input or shortcut)
+    readers: dict[str, tuple[int, ...]]       # tensor → groups reading it (input or shortcut;
+                                              # a channel view's readers read its source)
     ancestors: tuple[int, ...]
     graph_inputs: frozenset[str]
     graph_outputs: frozenset[str]
@@ -62,12 +63,14 @@ class GroupGraph:
         writers: dict[str, list[int]] = {}
         readers: dict[str, list[int]] = {}
         ancestors: list[int] = []
+        views = channel_views(graph)
         for g in groups:
             if g.index != len(ancestors):
                 raise BlockError(f"group {g.name!r} has index {g.index}, expected "
                                  f"{len(ancestors)}: groups must be numbered in order")
             anc = 0
             for name in operands(g):
+                name = views.get(name, (name,))[0]
                 readers.setdefault(name, []).append(g.index)
                 for w in writers.get(name, ()):
                     anc |= (1 << w) | ancestors[w]

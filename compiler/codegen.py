@@ -23,7 +23,7 @@ from sfnpu.limits import overflows, with_held_weights
 
 from . import tiling
 from .groups import Group
-from .ir import Graph, IRError, QType
+from .ir import Graph, IRError, QType, channel_views
 
 __all__ = ["Program", "generate", "CodegenError"]
 
@@ -155,6 +155,13 @@ class _Builder:
         g = self.graph
         x = g.tensors[group.input]
         y = g.tensors[group.output]
+        if group.channel_offset % self.config.lanes:
+            concat = g.producer(group.dest)
+            self.fail(group, f"concat {concat.name!r}: a part starts at channel "
+                      f"{group.channel_offset}, inside a block of {self.config.lanes} lanes "
+                      "(the accelerator writes whole blocks; parts are moved onto block "
+                      "boundaries only when every reader of the result is a convolution)",
+                      concat)
         f = dict(in_c=x.shape[0], in_h=x.shape[1], in_w=x.shape[2],
                  in_zp=x.qtype.zero_point, in_signed=int(x.qtype.signed),
                  out_c=y.shape[0], out_h=y.shape[1], out_w=y.shape[2],
@@ -318,6 +325,12 @@ def generate(graph: Graph, groups: list[Group], config: HwConfig) -> Program:
         locations[name] = isa.dram(plan.base(image.SectionKind.OUTPUT, i))
     for name, offset in scratch.items():
         locations[name] = isa.dram(plan.base(image.SectionKind.SCRATCH) + offset)
+    for view, (source, start) in channel_views(graph).items():
+        if source in locations:     # channel blocks are whole planes: a view is an offset
+            h, w = graph.tensors[source].shape[1:]
+            offset = layout.tensor_bytes(start, h, w, lanes)
+            locations[view] = locations[source].replace(
+                offset=locations[source].offset + offset)
 
     params_base = plan.base(image.SectionKind.PARAMS)
     program = []

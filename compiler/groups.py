@@ -18,7 +18,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
-from .ir import Graph, IRError, Node
+from .ir import Graph, IRError, Node, channel_views
 
 if TYPE_CHECKING:
     from sfnpu.isa import Location
@@ -105,9 +105,10 @@ def fuse(graph: Graph) -> list[Group]:
         current = None
 
     concats = [n for n in graph.nodes if n.op == "concat"]
+    views = channel_views(graph)
     for node in graph.nodes:
-        if node.op == "concat":
-            continue  # resolved after fusion
+        if node.op in ("concat", "slice"):
+            continue  # resolved after fusion; channel views are read in place
         stage = _stage(node, current) if current else None
         # An add may stream either operand; the other one is read as the shortcut.
         stream = node.inputs[0]
@@ -123,6 +124,7 @@ def fuse(graph: Graph) -> list[Group]:
         if joins and node.op in ("add", "mul"):
             # The second operand must exist before this group starts.
             other = node.inputs[1] if stream == node.inputs[0] else node.inputs[0]
+            other = views.get(other, (other,))[0]
             joins = producer_group.get(other, len(closed)) < len(closed)
         if not joins:
             close()
@@ -138,18 +140,20 @@ def fuse(graph: Graph) -> list[Group]:
 
     groups = [Group(i, tuple(g.nodes), g.input, g.output, g.shortcut)
               for i, g in enumerate(closed)]
-    return shared_weights_back_to_back(_redirect_concats(graph, groups, concats))
+    return shared_weights_back_to_back(_redirect_concats(graph, groups, concats), views)
 
 
 def _redirect_concats(graph: Graph, groups: list[Group], concats: list[Node]) -> list[Group]:
     """Point each concat part's producing group at the destination; copy the rest."""
     by_output = {g.output: g for g in groups}
+    views = channel_views(graph)
     result = list(groups)
     copies: dict[int, list[Group]] = {}   # insert copies after the group that makes the part
     for concat in concats:
         dest = graph.tensors[concat.output]
-        offset = 0
-        for part in concat.inputs:
+        sizes = [graph.tensors[part].channels for part in concat.inputs]
+        offsets = concat.attrs.get("offsets") or [sum(sizes[:k]) for k in range(len(sizes))]
+        for part, offset in zip(concat.inputs, offsets):
             t = graph.tensors[part]
             owner = by_output.get(part)
             sole_reader = len(graph.consumers(part)) == 1 and part not in graph.outputs
@@ -165,11 +169,12 @@ def _redirect_concats(graph: Graph, groups: list[Group], concats: list[Node]) ->
                                   f"differently from the result ({t.qtype} vs {dest.qtype}); "
                                   "requantising copies are not supported yet")
                 # After the last group that writes the part (a concat result is written by
-                # several); graph inputs are ready from the start.
-                after = max((r.index for r in result if r.written == part), default=-1)
+                # several) or the tensor it is a channel view of; graph inputs are ready from
+                # the start.
+                source = views.get(part, (part,))[0]
+                after = max((r.index for r in result if r.written == source), default=-1)
                 copies.setdefault(after, []).append(
                     Group(-1, (), part, part, dest=concat.output, channel_offset=offset))
-            offset += t.channels
     # Rebuild the order: every copy right after the group producing its part.
     ordered = copies.get(-1, [])
     for g in result:
@@ -190,7 +195,8 @@ def _weight_key(group: Group) -> tuple | None:
     return None if conv is None else weight_key(conv)
 
 
-def shared_weights_back_to_back(groups: list[Group]) -> list[Group]:
+def shared_weights_back_to_back(groups: list[Group],
+                                views: Mapping[str, tuple[str, int]] = {}) -> list[Group]:
     """Re-order the groups so that groups applying the same weights run one after another —
     a detection head shared by the pyramid levels runs layer by layer over all levels — so the
     weight store keeps the weights and DRAM delivers them once (``weights_held``).
@@ -205,8 +211,8 @@ def shared_weights_back_to_back(groups: list[Group]) -> list[Group]:
     writers: dict[str, list[int]] = {}
     for g in groups:
         writers.setdefault(g.written, []).append(g.index)
-    deps = [{w for t in (g.input, g.shortcut) if t is not None for w in writers.get(t, ())
-             if w != g.index} for g in groups]
+    deps = [{w for t in (g.input, g.shortcut) if t is not None
+             for w in writers.get(views.get(t, (t,))[0], ()) if w != g.index} for g in groups]
     ancestors: list[set[int]] = []
     for g in groups:                 # groups are in topological order
         ancestors.append(set().union(*({d} | ancestors[d] for d in deps[g.index])))

@@ -38,6 +38,9 @@ SUPPORTED_OPS = {
     "Add": "two feature maps of the same shape",
     "Mul": "a feature map times a per-channel vector (squeeze-and-excitation)",
     "Concat": "along channels",
+    "Split": "along channels, each part quantised as the input (a channel window read in "
+             "place where lane blocks allow, else a one-hot 1x1 convolution)",
+    "Slice": "along channels with step 1, quantised as the input (as Split)",
     "Resize": "nearest, scale 2, 4 or 8",
     "Upsample": "nearest, scale 2, 4 or 8",
     "Relu": "", "Clip": "", "LeakyRelu": "", "HardSigmoid": "", "HardSwish": "",
@@ -367,9 +370,11 @@ class _Importer:
                          "8-bit tensor; sfnpu needs an int8 QDQ model (quantise the float "
                          "model with `sfnpu compile --calib`)")
 
-    def quantised_output(self, node: onnx.NodeProto) -> tuple[str, QType] | None:
-        """The QuantizeLinear that follows ``node``'s output, if every consumer is one."""
-        out = node.output[0]
+    def quantised_output(self, node: onnx.NodeProto, index: int = 0
+                         ) -> tuple[str, QType] | None:
+        """The QuantizeLinear that follows ``node``'s output ``index``, if every consumer is
+        one."""
+        out = node.output[index]
         users = self.m.consumers.get(out, [])
         if len(users) == 1 and users[0].op_type == "MaxPool" and node.op_type != "MaxPool":
             # op → MaxPool → Q without a Q in between: quantisation is monotonic, so it
@@ -508,6 +513,9 @@ class _Importer:
             # The host runs it, and everything after it; host_plan refuses that when
             # convolutions or pooling would follow.
             return
+        if op == "Split":
+            self.split_node(node)
+            return
         if sum(bool(o) for o in node.output) > 1:
             raise ModelError(f"{_where(node)}: {len(node.output)} outputs "
                              f"({', '.join(node.output)}); the accelerator produces one")
@@ -540,6 +548,8 @@ class _Importer:
             self.channel_function_node(node, out, qtype)
         elif op == "Pad":
             self.pad_node(node, out, qtype)
+        elif op == "Slice":
+            self.slice_node(node, out, qtype)
 
     def is_const_dq(self, name: str) -> bool:
         p = self.m.producer.get(name)
@@ -767,6 +777,80 @@ class _Importer:
             shape, op = a.shape, "mul"
         self.add_tensor(out, shape, qtype)
         self.nodes.append(Node(node.name, op, (a.name, b.name), out))
+
+    def nchw_input(self, node) -> Tensor:
+        """Input 0 of ``node``, which must be the 1×C×H×W map itself, not a reshape of it."""
+        x = self.input_tensor(node)
+        shape = self.m.shapes.get(node.input[0])
+        if shape is None or tuple(shape) != (1, *x.shape):
+            raise ModelError(f"{_where(node)}: input {node.input[0]!r} has shape {shape}; "
+                             f"the accelerator takes channels of a 1×C×H×W map "
+                             f"(1×{'×'.join(map(str, x.shape))} here)")
+        return x
+
+    def channel_window(self, node, x: Tensor, start: int, count: int, out: str,
+                       qtype: QType):
+        """``count`` channels of ``x`` from ``start``: an IR ``slice`` (a view or a one-hot
+        convolution, chosen per configuration by :func:`~.passes.channel_views`)."""
+        if qtype != x.qtype:
+            raise ModelError(f"{_where(node)}: output {out!r} is quantised as {qtype}, its "
+                             f"input as {x.qtype}; the accelerator takes channels out "
+                             "without requantising them")
+        self.add_tensor(out, (count, *x.shape[1:]), qtype)
+        self.nodes.append(Node(node.name, "slice", (x.name,), out,
+                               attrs=dict(start=start)))
+
+    def split_node(self, node):
+        """Split along channels: every part a channel window of the input."""
+        x = self.nchw_input(node)
+        c = x.shape[0]
+        axis = _attr(node, "axis", 0)
+        if axis not in (1, -3):
+            raise ModelError(f"{_where(node)}: Split along axis {axis}; channels (1) only")
+        n = len(node.output)
+        if len(node.input) > 1 and node.input[1]:
+            sizes = [int(v) for v in self.m.const(node.input[1], node, "split").reshape(-1)]
+        elif _attr(node, "split") is not None:
+            sizes = [int(v) for v in _attr(node, "split")]
+        else:   # equal parts; with opset 18's num_outputs the last may be smaller
+            chunk = -(-c // n)
+            sizes = [min(chunk, c - k * chunk) for k in range(n)]
+        if len(sizes) != n or sum(sizes) != c or min(sizes) <= 0:
+            raise ModelError(f"{_where(node)}: Split of {c} channels into {sizes}")
+        start = 0
+        for k, size in enumerate(sizes):
+            if node.output[k] and self.m.consumers.get(node.output[k]):
+                quantised = self.quantised_output(node, k)
+                if quantised is None:
+                    raise ModelError(f"{_where(node)}: output {node.output[k]!r} is not "
+                                     "quantised (no QuantizeLinear after it)")
+                self.channel_window(node, x, start, size, *quantised)
+            start += size
+        self.accelerated.add(id(node))
+
+    def slice_node(self, node, out, qtype):
+        """Slice along channels with step 1 (opset 10+: starts, ends, axes, steps inputs)."""
+        x = self.nchw_input(node)
+        c = x.shape[0]
+
+        def operand(k, what, default):
+            if len(node.input) > k and node.input[k]:
+                return [int(v) for v in self.m.const(node.input[k], node, what).reshape(-1)]
+            return default
+        starts, ends = operand(1, "starts", None), operand(2, "ends", None)
+        if starts is None or ends is None:
+            raise ModelError(f"{_where(node)}: Slice needs constant starts and ends")
+        axes = operand(3, "axes", list(range(len(starts))))
+        steps = operand(4, "steps", [1] * len(starts))
+        window = {a % 4: (s, e, st) for a, s, e, st in zip(axes, starts, ends, steps)}
+        if set(window) != {1} or window[1][2] != 1:
+            raise ModelError(f"{_where(node)}: Slice over axes {axes} with steps {steps}; "
+                             "the accelerator slices channels (axis 1) with step 1")
+        s, e, _ = window[1]
+        s, e = (max(0, min(c, v + c if v < 0 else v)) for v in (s, e))
+        if e <= s:
+            raise ModelError(f"{_where(node)}: Slice of channels [{s}, {e}) is empty")
+        self.channel_window(node, x, s, e - s, out, qtype)
 
     def concat_node(self, node, out, qtype):
         parts = [self.input_tensor(node, i) for i in range(len(node.input))]

@@ -69,12 +69,16 @@ def _freeze(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
 #:   avgpool      attrs: kernel, stride, pads, count_include_pad
 #:   globalavgpool
 #:   add, mul     two inputs; mul's second input is a (C, 1, 1) channel vector
-#:   concat       n inputs along channels
+#:   concat       n inputs along channels; attrs: offsets (optional) — each part's first
+#:                channel in the result when gaps keep parts on lane blocks
+#:   slice        attrs: start — channels [start, start + C_out) of the input (Split, Slice):
+#:                a view of the input in DRAM, or a one-hot 1x1 convolution
+#:                (passes.channel_views decides per configuration)
 #:   resize       attrs: scale (2)                                   (nearest)
 #:   table        consts: table uint8/int8 (256,) — an exact 8-bit → 8-bit unary op
 #:   channel_table consts: table uint8/int8 (C, 256) — one per channel (BatchNorm in QDQ)
 OPS = ("conv", "maxpool", "avgpool", "globalavgpool", "add", "mul", "concat", "resize", "table",
-       "channel_table")
+       "channel_table", "slice")
 
 
 @dataclass(frozen=True)
@@ -221,30 +225,52 @@ class InputTaps:
                                for (y0, y1), (x0, x1) in self.windows()])
 
 
-def channel_pad_conv(name: str, source: str, output: str, channels: int, before: int,
-                     after: int) -> Node:
-    """Zero channels before and after a map as a 1×1 convolution with one-hot weights: output
-    channel ``before + c`` copies ``x[c]``, the others have no weights and give the zero
-    point. With the output quantised as the input, the requantisation is by exactly 1.0."""
-    out = before + channels + after
-    weight = np.zeros((out, channels, 1, 1), np.int8)
-    weight[before + np.arange(channels), np.arange(channels), 0, 0] = 1
+def copy_conv(name: str, source: str, output: str, weight: np.ndarray,
+               stride: tuple[int, int] = (1, 1)) -> Node:
+    """A convolution with one-hot ``weight`` that copies codes: with the output quantised as
+    the input, the requantisation is by exactly 1.0 (an output channel without weights gives
+    the zero point)."""
+    out = weight.shape[0]
     return Node(name, "conv", (source,), output,
-                attrs=dict(stride=(1, 1), pads=(0, 0, 0, 0), depthwise=False),
+                attrs=dict(stride=stride, pads=(0, 0, 0, 0), depthwise=False),
                 consts=dict(weight=weight, weight_scale=np.ones(out, np.float32),
                             weight_zp=np.zeros(out, np.int8), bias=np.zeros(out, np.int32)))
 
 
+def channel_pad_conv(name: str, source: str, output: str, channels: int, before: int,
+                     after: int) -> Node:
+    """Zero channels before and after a map as a 1×1 convolution with one-hot weights: output
+    channel ``before + c`` copies ``x[c]``, the others give the zero point."""
+    weight = np.zeros((before + channels + after, channels, 1, 1), np.int8)
+    weight[before + np.arange(channels), np.arange(channels), 0, 0] = 1
+    return copy_conv(name, source, output, weight)
+
+
+def channel_select_conv(name: str, source: str, output: str, channels: int, start: int,
+                        count: int) -> Node:
+    """Channels ``[start, start + count)`` of a ``channels``-channel map as a 1×1 convolution
+    with one-hot weights (a channel window that is no view on this configuration)."""
+    weight = np.zeros((count, channels, 1, 1), np.int8)
+    weight[np.arange(count), start + np.arange(count), 0, 0] = 1
+    return copy_conv(name, source, output, weight)
+
+
+def channel_views(graph: Graph) -> dict[str, tuple[str, int]]:
+    """Each ``slice`` output → (the tensor it is a window of, its first channel there),
+    through slices of slices to a tensor that is no view."""
+    views: dict[str, tuple[str, int]] = {}
+    for node in graph.nodes:
+        if node.op == "slice":
+            source, start = views.get(node.inputs[0], (node.inputs[0], 0))
+            views[node.output] = (source, start + node.attrs["start"])
+    return views
+
+
 def space_to_depth_conv(name: str, source: str, output: str, channels: int) -> Node:
     """SpaceToDepth with block 2 as a 2×2 stride-2 convolution with one-hot weights: output
-    channel ``(dy·2 + dx)·C + c`` copies ``x[c, 2i + dy, 2j + dx]``. With the output quantised
-    as the input, the requantisation is by exactly 1.0, so the codes pass unchanged."""
+    channel ``(dy·2 + dx)·C + c`` copies ``x[c, 2i + dy, 2j + dx]``."""
     weight = np.zeros((4 * channels, channels, 2, 2), np.int8)
     for dy in range(2):
         for dx in range(2):
             weight[(dy * 2 + dx) * channels + np.arange(channels), np.arange(channels), dy, dx] = 1
-    return Node(name, "conv", (source,), output,
-                attrs=dict(stride=(2, 2), pads=(0, 0, 0, 0), depthwise=False),
-                consts=dict(weight=weight, weight_scale=np.ones(4 * channels, np.float32),
-                            weight_zp=np.zeros(4 * channels, np.int8),
-                            bias=np.zeros(4 * channels, np.int32)))
+    return copy_conv(name, source, output, weight, stride=(2, 2))

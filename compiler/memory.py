@@ -50,7 +50,7 @@ from sfnpu.limits import (HeldWeights, loads_whole_weights, overflows, prefetch_
 from .blocks import Blocks, GroupGraph, detect_blocks, operands
 from .codegen import Program
 from .groups import Group
-from .ir import Graph
+from .ir import Graph, channel_views
 
 __all__ = [
     "AllocationError", "Policy", "Allocation", "classify", "long_path_tensors", "allocate",
@@ -228,6 +228,7 @@ def classify(graph: Graph, groups: Sequence[Group], blocks: Blocks,
     gg = blocks.graph
     dests = {g.dest for g in groups if g.dest is not None}
     tiled = tiled_tensors(groups)
+    viewed = {source for source, _ in channel_views(graph).values()}
     verdict: dict[str, str] = {}
     for t, writers in gg.writers.items():
         readers = gg.readers.get(t, ())
@@ -237,6 +238,8 @@ def classify(graph: Graph, groups: Sequence[Group], blocks: Blocks,
             why = "network output"
         elif t in tiled:
             why = "an operand of a tiled group (tiles read and write DRAM windows)"
+        elif t in viewed:
+            why = "read through channel views (Split, Slice: windows of it in DRAM)"
         elif t in dests and not hold_long_paths:
             why = "concat destination (route data stays off chip)"
         elif any(modes[w] == Reuse.ROW for w in writers) and not vector:

@@ -126,7 +126,11 @@ def compile_partitioned(src, config: HwConfig, pipeline: PipelineConfig = Pipeli
         plan = _Plan(cls, refused)
         try:
             if plan.in_one_piece():
-                return compile_model(src, config, pipeline)
+                try:
+                    return compile_model(src, config, pipeline)
+                except ModelError:
+                    pass    # a node after the accelerated part that the whole-model import
+                    #         refuses (a Split of a reshaped head): the host segment runs it
             return plan.build(config, pipeline)
         except CodegenError as e:
             new = {plan.onnx_name(n): why for n, why in e.nodes.items()}

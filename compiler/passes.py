@@ -5,6 +5,7 @@ onnxruntime's execution of the QDQ model; :func:`run_passes` checks the graph af
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -15,12 +16,13 @@ from sfnpu.hw.conv_array import row_cycles
 from sfnpu.limits import StoreSizes
 
 from .groups import weight_key
-from .ir import (Graph, InputTaps, Node, QType, Tensor, check, is_space_to_depth_conv,
-                 space_to_depth_conv)
+from .ir import (Graph, InputTaps, Node, QType, Tensor, copy_conv, channel_select_conv,
+                 channel_views, check, is_space_to_depth_conv, space_to_depth_conv)
 
 __all__ = ["PASSES", "run_passes", "fold_silu", "requantize_concat_inputs",
            "drop_dead_nodes", "split_shared_wide_convs", "space_to_depth_strided_convs",
-           "space_to_depth_form", "fold_input_taps"]
+           "space_to_depth_form", "fold_input_taps", "channel_views_or_copies",
+           "concat_parts_on_lane_blocks", "on_lane_blocks"]
 
 
 def _codes(q: QType) -> np.ndarray:
@@ -91,6 +93,90 @@ def requantize_concat_inputs(graph: Graph) -> tuple[Graph, bool]:
         nodes.append(node)
         nodes += after.get(node.output, [])
     return graph.replace(nodes=nodes, tensors=tensors), True
+
+
+def channel_views_or_copies(graph: Graph, config: HwConfig) -> tuple[Graph, bool]:
+    """A channel window (``slice``: Split, Slice) is read in place when its lane blocks are
+    whole blocks of its source — it starts on a block boundary and ends on one or at the
+    source's last channel — and it is no network output: its readers address the source in
+    DRAM at that block's offset (:func:`~.ir.channel_views`), the reverse of concat by
+    redirection. Any other window becomes a one-hot 1x1 convolution that copies its
+    channels. Windows of windows become windows of the source."""
+    lanes = config.lanes
+    views = channel_views(graph)
+    nodes, changed = [], False
+    for node in graph.nodes:
+        if node.op == "slice":
+            source, start = views[node.output]
+            channels = graph.tensors[source].channels
+            count = graph.tensors[node.output].channels
+            whole_blocks = start % lanes == 0 and (count % lanes == 0
+                                                   or start + count == channels)
+            if whole_blocks and node.output not in graph.outputs:
+                if node.inputs[0] != source:
+                    node = node.replace(inputs=(source,), attrs=dict(start=start))
+                    changed = True
+            else:
+                node = channel_select_conv(node.name, source, node.output, channels, start,
+                                           count)
+                changed = True
+        nodes.append(node)
+    return (graph.replace(nodes=nodes), True) if changed else (graph, False)
+
+
+def concat_parts_on_lane_blocks(graph: Graph, config: HwConfig) -> tuple[Graph, bool]:
+    """The accelerator writes whole lane blocks, so every concat part must start on a block
+    boundary. Where one would not (parts of 4 channels on 8 lanes, say), each part starts
+    at the next boundary instead and the result gains gap channels (``offsets`` on the
+    concat node). When every reader of the result is a normal convolution, their weights
+    gain zero rows for the gaps, so the gaps' contents never count; otherwise a one-hot 1x1
+    convolution packs the result's channels together again for its readers."""
+    lanes = config.lanes
+    tensors, nodes, spread = dict(graph.tensors), [], {}
+    changed = False
+    for node in graph.nodes:
+        if node.op == "conv" and node.inputs[0] in spread:
+            w = node.consts["weight"]
+            wide = np.zeros((w.shape[0], tensors[node.inputs[0]].channels, *w.shape[2:]),
+                            w.dtype)
+            wide[:, spread[node.inputs[0]]] = w
+            node = node.replace(consts={**node.consts, "weight": wide})
+        nodes.append(node)
+        if node.op != "concat" or "offsets" in node.attrs:
+            continue
+        sizes = [graph.tensors[p].channels for p in node.inputs]
+        if not any(sum(sizes[:k]) % lanes for k in range(len(sizes))):
+            continue
+        changed = True
+        offsets = [sum(-(-c // lanes) * lanes for c in sizes[:k]) for k in range(len(sizes))]
+        where = np.concatenate([o + np.arange(c) for o, c in zip(offsets, sizes)])
+        t = tensors[node.output]
+        readers = graph.consumers(node.output)
+        gapped = Tensor(t.name, (offsets[-1] + sizes[-1], *t.shape[1:]), t.qtype)
+        if (readers and node.output not in graph.outputs
+                and all(r.op == "conv" and not r.attrs["depthwise"]
+                        and r.inputs == (node.output,) for r in readers)):
+            spread[node.output] = where
+            tensors[node.output] = gapped
+            nodes[-1] = node.replace(attrs=dict(offsets=tuple(offsets)))
+            continue
+        blocks = f"{node.output}.blocks"
+        tensors[blocks] = replace(gapped, name=blocks)
+        nodes[-1] = node.replace(output=blocks, attrs=dict(offsets=tuple(offsets)))
+        weight = np.zeros((t.channels, gapped.channels, 1, 1), np.int8)
+        weight[np.arange(t.channels), where, 0, 0] = 1
+        nodes.append(copy_conv(f"{node.name}.pack", blocks, node.output, weight))
+    if not changed:
+        return graph, False
+    return graph.replace(nodes=nodes, tensors=tensors), True
+
+
+def on_lane_blocks(graph: Graph, config: HwConfig) -> tuple[Graph, bool]:
+    """The channel layout of ``config``'s lane blocks, before fusion: channel windows as
+    views or copies, concat parts on block boundaries."""
+    graph, views = channel_views_or_copies(graph, config)
+    graph, concats = concat_parts_on_lane_blocks(graph, config)
+    return check(graph), views or concats
 
 
 def drop_dead_nodes(graph: Graph) -> tuple[Graph, bool]:

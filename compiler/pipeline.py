@@ -21,7 +21,8 @@ from sfnpu.config import HwConfig
 from .codegen import Program, generate
 from .groups import Group, fuse
 from .ir import Graph, check
-from .passes import (fold_input_taps, run_passes, space_to_depth_on_host,
+from .passes import (fold_input_taps, on_lane_blocks, run_passes,
+                     space_to_depth_on_host,
                      space_to_depth_strided_convs, split_shared_wide_convs)
 from .importer import HostPlan, Imported, import_model
 
@@ -148,6 +149,11 @@ def _space_to_depth_on_host(state, pipeline):
     return state.with_graph(graph, host), True
 
 
+def _lane_blocks(state, pipeline):
+    graph, changed = on_lane_blocks(state.graph, state.target)
+    return state.with_graph(graph), changed
+
+
 def _fuse(state, pipeline):
     return replace(state, groups=tuple(fuse(state.graph))), True
 
@@ -181,6 +187,7 @@ STEPS: tuple[Step, ...] = (
          rewrite="space_to_depth_on_host"),                                     # on the host
     Step("fold_row_taps", _fold_row_taps, "fold_input_taps",        # its rows' taps: host
          rewrite="fold_input_taps"),
+    Step("lane_blocks", _lane_blocks),            # Split/Slice views, Concat parts aligned
     Step("fuse", _fuse),                          # IR nodes → groups (groups.py)
     Step("generate", _generate),                  # groups → instructions + image (codegen.py)
     Step("modules", _modules, "modules"),         # module-level allocation (modules.py)

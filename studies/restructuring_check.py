@@ -25,6 +25,7 @@ from sfnpu import numeric
 from sfnpu.compiler.codegen import generate
 from sfnpu.compiler.groups import fuse
 from sfnpu.compiler.ir import Graph, Node, Tensor
+from sfnpu.compiler.passes import on_lane_blocks
 from sfnpu.compiler.restructure import (Region, Restructured, RestructureError, SplitBlock,
                                         hardware_pads)
 from sfnpu.config import HwConfig, get_config
@@ -60,6 +61,7 @@ def run_node(graph: Graph, node: Node, values: Mapping[str, np.ndarray],
     tensors = {t: Tensor(t, values[t].shape, graph.tensors[t].qtype) for t in names}
     tensors[node.output] = Tensor(node.output, shape, out.qtype)
     one = Graph(tensors, (node,), names, (node.output,))
+    one, _ = on_lane_blocks(one, config)
     program = generate(one, fuse(one), config)
     blob = program.pack([values[t] for t in program.inputs])
     return GoldenModel(config).outputs(blob)[0]
@@ -151,6 +153,7 @@ def run_program(graph: Graph, inputs: Mapping[str, np.ndarray],
                 config: HwConfig | None = None) -> dict[str, np.ndarray]:
     """A whole IR graph compiled (fusion, code generation) and executed on the golden model."""
     config = config or get_config("tiny")
+    graph, _ = on_lane_blocks(graph, config)
     program = generate(graph, fuse(graph), config)
     outs = GoldenModel(config).outputs(program.pack([inputs[t] for t in program.inputs]))
     return dict(zip(program.outputs, outs))

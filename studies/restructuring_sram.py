@@ -35,7 +35,7 @@ from sfnpu.compiler.codegen import generate
 from sfnpu.compiler.groups import fuse
 from sfnpu.compiler.importer import import_model
 from sfnpu.compiler.ir import Graph, Node, Tensor, check
-from sfnpu.compiler.passes import run_passes
+from sfnpu.compiler.passes import on_lane_blocks, run_passes
 from sfnpu.compiler.restructure import (Region, Restructured, RestructureError, block_order,
                                         hardware_pads, split, splittable)
 from sfnpu.config import HwConfig, get_config
@@ -167,6 +167,7 @@ class PiecesResult:
 
 
 def _compiled(graph: Graph, config: HwConfig):
+    graph, _ = on_lane_blocks(graph, config)
     program = generate(graph, fuse(graph), config)
     return SimpleNamespace(graph=graph, groups=program.groups, program=program)
 

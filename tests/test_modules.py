@@ -149,7 +149,7 @@ def test_pipeline_switch_places_the_modules(compiled, buffer_kib):
     capacity = None if buffer_kib is None else (buffer_kib * 1024,) * 3
     switched = compile_model(path, TINY, PipelineConfig(modules=True, module_capacity=capacity))
     steps = ("import", "passes", "split_shared_wide_convs", "fold_input_taps", "space_to_depth",
-             "space_to_depth_on_host", "fold_row_taps", "fuse", "generate")
+             "space_to_depth_on_host", "fold_row_taps", "lane_blocks", "fuse", "generate")
     assert c.pipeline.steps == steps
     assert switched.pipeline.steps == steps + ("modules",)
     assert [record.name for record in switched.steps] == list(steps + ("modules",))

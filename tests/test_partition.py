@@ -369,6 +369,89 @@ def test_channel_zero_padding_on_the_rtl(tmp_path, harness_tiny):
     runs_like_onnxruntime_on_the_rtl(program, path, net.samples(1, seed=2), harness_tiny)
 
 
+def c2f_net(sizes):
+    """YOLOv8's C2f block: a 1x1 convolution split along channels, a bottleneck on the
+    second part with that part as its shortcut, and a Concat of both parts and the result;
+    then a channel Slice of the first convolution read by another convolution."""
+    from onnx import helper
+
+    net = Net((8, 8, 8), seed=6, name="c2f")
+
+    def silu(t):
+        return net.op("Mul", [t, net.op("Sigmoid", [t])])
+    a = silu(net.conv("x", 8, 24, 1, pads=[0, 0, 0, 0]))
+    parts = [f"part{k}" for k in range(len(sizes))]
+    net.nodes.append(helper.make_node("Split", [a, net.const_int(sizes)], parts, axis=1,
+                                      name="split"))
+    b = silu(net.conv(silu(net.conv(parts[-1], sizes[-1], 16, 3)), 16, sizes[-1], 3))
+    c = net.op("Add", [parts[-1], b])
+    d = silu(net.conv(net.op("Concat", [*parts, c], axis=1), 24 + sizes[-1], 8, 1,
+                      pads=[0, 0, 0, 0]))
+    s = net.op("Slice", [a, net.const_int([4]), net.const_int([2**62]), net.const_int([1])])
+    e = silu(net.conv(s, 20, 8, 3))
+    return net, [net.conv(net.op("Add", [d, e]), 8, 8, 1, pads=[0, 0, 0, 0])]
+
+
+@pytest.mark.parametrize("sizes, views", [([8, 16], 2), ([4, 20], 0)],
+                         ids=["whole-blocks", "partial-blocks"])
+def test_channel_split_on_the_rtl(tmp_path, harness_tiny, sizes, views):
+    """Split and Slice along channels run on the accelerator: parts made of whole lane blocks
+    are read in place (views of the split tensor in DRAM, no group of their own); others,
+    and the Slice from channel 4, are one-hot 1x1 convolutions. Bit-exact with onnxruntime
+    on the golden model and the RTL (cycle-exact), the model in one piece."""
+    net, outputs = c2f_net(sizes)
+    path = tmp_path / "c2f.qdq.onnx"
+    quantize_model(net.model(outputs, opset=13), path, CalibrationSource.synthetic(4, seed=1))
+    program = compile_partitioned(path, TINY)
+    assert isinstance(program, Compiled)
+    assert sum(n.op == "slice" for n in program.graph.nodes) == views
+    copies = [n for n in program.graph.nodes if n.op == "conv"
+              and (n.name == "split" or n.name.startswith("slice"))]
+    assert len(copies) == 3 - views
+    runs_like_onnxruntime_on_the_rtl(program, path, net.samples(1, seed=2), harness_tiny)
+
+
+def test_concat_off_lane_blocks_on_the_rtl(tmp_path, harness_tiny):
+    """Concat parts of 4 and 12 channels on tiny's 8 lanes: the parts start on block
+    boundaries (a gap after the first), and since a max pool reads the result, a one-hot
+    1x1 convolution packs it again. Bit-exact and cycle-exact on the RTL."""
+    net = Net((8, 8, 8), seed=8, name="catpool")
+    a = net.op("Relu", [net.conv("x", 8, 4, 3)])
+    b = net.op("Relu", [net.conv("x", 8, 12, 1, pads=[0, 0, 0, 0])])
+    pooled = net.op("MaxPool", [net.op("Concat", [a, b], axis=1)], kernel_shape=[2, 2],
+                    strides=[2, 2])
+    path = tmp_path / "catpool.qdq.onnx"
+    quantize_model(net.model([net.conv(pooled, 16, 8, 3)], opset=13), path,
+                   CalibrationSource.synthetic(4, seed=1))
+    program = compile_partitioned(path, TINY)
+    assert isinstance(program, Compiled)
+    (concat,) = [n for n in program.graph.nodes if n.op == "concat"]
+    assert concat.attrs["offsets"] == (0, 8)
+    assert any(n.name.endswith(".pack") for n in program.graph.nodes)
+    runs_like_onnxruntime_on_the_rtl(program, path, net.samples(1, seed=2), harness_tiny)
+
+
+def test_split_of_a_reshaped_tensor_stays_on_the_host(tmp_path):
+    """A Split of a tensor the graph reshaped (a detection head's 1×C×N) is no channel window
+    of a feature map: the host runs it, with the reason."""
+    from onnx import helper
+
+    net = Net((8, 4, 4), seed=7, name="splitreshape")
+    a = net.op("Reshape", [net.op("Relu", [net.conv("x", 8, 16, 3)]),
+                           net.const_int([1, 16, 16])])
+    net.nodes.append(helper.make_node("Split", [a, net.const_int([8, 8])], ["p", "q"],
+                                      axis=1, name="split"))
+    path = tmp_path / "splitreshape.qdq.onnx"
+    quantize_model(net.model(["p", "q"], opset=13), path, CalibrationSource.synthetic(4, seed=1))
+    program = compile_partitioned(path, TINY)
+    split = next(n for n in program.host_nodes if n.op == "Split")
+    assert "shape (1, 16, 16)" in split.reason and "1×C×H×W" in split.reason
+    x = net.samples(1, seed=2)
+    want = run_onnxruntime(onnx.load(str(path)), {"x": x})
+    got = program.run({"x": x}, GoldenModel(TINY).outputs)
+    assert all(np.array_equal(want[k], got[k]) for k in want)
+
+
 @pytest.mark.parametrize("kernel", [5, 9])
 def test_sppf_max_pools_on_the_rtl(tmp_path, harness_tiny, kernel):
     """YOLOv5's SPPF (three 5×5 stride-1 max pools in a chain, concatenated) and SPP's 9×9:
