@@ -34,14 +34,14 @@ all: test
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	@echo "== bootstrapping $(VENV) (first run only)"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[dev]'
-# mediapipe only for its .tflite files (sfnpu.models.real_models, never imported):
-# --no-deps: its dependencies (OpenCV, JAX, a protobuf pin) are heavy and conflict
-	$(VENV)/bin/pip install --quiet --no-deps mediapipe==0.10.14
+# mediapipe and nudenet only for their model files (sfnpu.models.real_models, never imported):
+# --no-deps: their dependencies (OpenCV, JAX, a protobuf pin) are heavy and conflict
+	$(VENV)/bin/pip install --quiet --no-deps mediapipe==0.10.14 nudenet==3.4.2
 	@touch $@
 
 test: $(STAMP)

@@ -56,6 +56,23 @@ mediapipe==0.10.14``, as ``make venv`` does: OpenCV, JAX and its protobuf pin ar
 to read two files) and never imported: the files are found through the distribution's RECORD
 or ``importlib.util.find_spec``, which does not execute the package.
 
+One object detector exported from PyTorch, from the ``nudenet==3.4.2`` wheel (installed with
+``--no-deps`` like ``mediapipe``; its OpenCV dependency is not needed to read the file):
+
+=====================  ================  ==========================================
+name                   file              input
+=====================  ================  ==========================================
+``yolov8n_nudenet``    ``nudenet/        N×3×H×W (free; 1×3×320×320 here)
+                       320n.onnx``
+=====================  ================  ==========================================
+
+``yolov8n_nudenet`` is NudeNet's detector, an Ultralytics YOLOv8n (PyTorch 2.3 export,
+opset 17) trained for 18 classes: C2f blocks (a channel ``Split`` and a ``Concat`` of every
+bottleneck's result), SiLU spelt ``x · Sigmoid(x)``, an SPPF of three 5×5 max pools, nearest
+``Resize`` by 2 in its neck and a decoupled head (DFL ``Softmax``, anchor arithmetic from
+``Shape``/``Range`` that folds to constants once the input size is fixed); input RGB scaled to
+[0, 1]. The wheel's metadata says MIT, its LICENSE file is the AGPL-3.0.
+
 The inputs used to calibrate and test them are rendered here: with PIL's built-in scalable
 font (no system fonts needed), text lines for the OCR classifier and recogniser, text pages for
 the orientation classifier and the text detector, each rotated by a known multiple of 90° — the
@@ -119,7 +136,8 @@ class RealModel:
     kind: str = "classifier"       # its family: classifier, text detector, face detector, ...
     renders: str = "document"      # the inputs rendered for it: "document", "text", "faces"
     #                                or "hands"
-    exporter: str = "Paddle"       # what wrote the file: "Paddle" (ONNX) or "TFLite"
+    exporter: str = "Paddle"       # what wrote the file: "Paddle" or "PyTorch" (ONNX), or
+    #                                "TFLite"
     pip_flags: str = ""            # flags the ``pip install`` needs ("--no-deps")
 
 
@@ -202,6 +220,22 @@ REAL_MODELS: dict[str, RealModel] = {
             kind="palm detector",
             renders="hands",
             exporter="TFLite",
+            pip_flags="--no-deps",
+        ),
+        RealModel(
+            name="yolov8n_nudenet",
+            pip_package="nudenet==3.4.2",
+            distribution="nudenet",
+            import_package="nudenet",
+            resource="320n.onnx",
+            input_chw=(3, 320, 320),
+            mean=(0.0, 0.0, 0.0),
+            std=(1.0, 1.0, 1.0),
+            labels=(),
+            licence="AGPL-3.0 (LICENSE file; the metadata says MIT)",
+            kind="object detector",
+            renders="faces",
+            exporter="PyTorch",
             pip_flags="--no-deps",
         ),
     )

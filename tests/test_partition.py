@@ -255,6 +255,10 @@ def real_quantised(tmp_path_factory):
     # The palm detector: its 26 PReLUs as channel tables; the head's bilinear Resize, its
     # Transposes and the Reshapes of their results on the host (6 segments)
     ("blazepalm_lite", "tiny", 1.0),
+    # PyTorch, from the nudenet wheel: YOLOv8n's C2f Splits read in place on tiny's 8 lanes,
+    # copied by one-hot convolutions on kcu1500's 64 (the decoupled head on the host)
+    ("yolov8n_nudenet", "tiny", 1.0),
+    ("yolov8n_nudenet", "kcu1500", 1.0),
 ])
 def test_real_models_end_to_end(real_quantised, name, config, min_share):
     """Each trained model runs whole, partitioned where need be, identical to onnxruntime.
@@ -498,7 +502,8 @@ SLICE_GROUPS = 6
 
 
 @pytest.mark.parametrize("name", ["pplcnet_orientation", "ppocr_mobile_cls", "ppocr_v4_det",
-                                  "ppocr_v4_rec", "blazeface_short_range", "blazepalm_lite"])
+                                  "ppocr_v4_rec", "blazeface_short_range", "blazepalm_lite",
+                                  "yolov8n_nudenet"])
 def test_real_model_first_groups_on_the_rtl(real_quantised, harness_tiny, name):
     """The first groups of each trained model's first accelerator image (its stem and first
     blocks, on real weights and a rendered input) on the tiny RTL: DRAM identical to the
