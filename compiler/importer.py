@@ -35,8 +35,11 @@ SUPPORTED_OPS = {
     "MaxPool": "kernel 2/3, stride 1/2; k×k stride 1 'same' (SPP, SPPF) as a cascade of 3×3",
     "AveragePool": "kernel 2/3, stride 1/2",
     "GlobalAveragePool": "",
-    "Add": "two feature maps of the same shape",
-    "Mul": "a feature map times a per-channel vector (squeeze-and-excitation)",
+    "Add": "two feature maps of the same shape; a scalar or per-channel constant (a table)",
+    "Sub": "a scalar or per-channel constant, either side (a table)",
+    "Div": "by a scalar or per-channel constant (a table)",
+    "Mul": "a feature map times a per-channel vector (squeeze-and-excitation); by a scalar or "
+           "per-channel constant (a table)",
     "Concat": "along channels",
     "Split": "along channels, each part quantised as the input (a channel window read in "
              "place where lane blocks allow, else a one-hot 1x1 convolution)",
@@ -509,7 +512,7 @@ class _Importer:
                              and not self.is_const_dq(i)]
         if not activation_inputs or not all(i in self.deq for i in activation_inputs):
             return  # host side (before the accelerator or after it)
-        if op not in SUPPORTED_OPS and op not in _ALIASES and op not in ("Sub", "Div"):
+        if op not in SUPPORTED_OPS and op not in _ALIASES:
             # The host runs it, and everything after it; host_plan refuses that when
             # convolutions or pooling would follow.
             return
@@ -948,8 +951,16 @@ class _Importer:
             values = self.m.const(const_name, node, "constant operand")
             const_nodes = lambda: ([], [numpy_helper.from_array(values, "c_f")])
         if np.size(values) != 1:
-            raise ModelError(f"{_where(node)}: {node.op_type} with a non-scalar constant "
-                             f"(shape {np.shape(values)}) is not supported")
+            c = x.shape[0]
+            if (np.shape(values) in ((c, 1, 1), (1, c, 1, 1))
+                    and self.m.shapes.get(x_name) == (1, *x.shape)):
+                # one constant per channel (a folded bias, a normalisation): per-channel tables
+                self.channel_function_node(node, out, qtype)
+                return
+            raise ModelError(f"{_where(node)}: {node.op_type} with a constant of shape "
+                             f"{np.shape(values)} is not supported: the accelerator takes a "
+                             f"scalar or one value per channel ({c}×1×1) of a "
+                             f"1×{'×'.join(map(str, x.shape))} map")
         first = node.input[0] == x_name
 
         def build(inp, res):
@@ -991,16 +1002,17 @@ class _Importer:
         return nodes, inits, names
 
     def channel_function_node(self, node, out, qtype):
-        """A BatchNormalization left in the quantised graph (pre-activation, DenseNet-style)
-        or a PRelu maps each channel's codes through its own function: C exact tables from
-        onnxruntime, applied on the input side of the consuming group."""
+        """A BatchNormalization left in the quantised graph (pre-activation, DenseNet-style),
+        a PRelu, or an arithmetic op with one constant per channel maps each channel's codes
+        through its own function: C exact tables from onnxruntime, applied on the input side
+        of the consuming group."""
         from onnx import helper
         from sfnpu import numeric
 
-        x = self.input_tensor(node)
+        x_name = next(i for i in node.input if i in self.deq)   # the one map it reads
+        x = self.tensors[self.qtensor_of(x_name, node)]
         nodes, inits, names = self.replay_constants(node)
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        x_name = node.input[0]
 
         def build(inp, res):
             operands = [inp if n == x_name else n for n in names]

@@ -497,6 +497,29 @@ def test_prelu_runs_as_channel_tables_on_the_rtl(tmp_path, harness_tiny, per_cha
     runs_like_onnxruntime_on_the_rtl(program, path, net.samples(1, seed=2), harness_tiny)
 
 
+def test_per_channel_constant_arithmetic_on_the_rtl(tmp_path, harness_tiny):
+    """Add, Sub (the constant first), Mul and Div by one constant per channel (the PP-OCRv4
+    detector's folded bias) run as tables per channel, like PRelu: bit-exact with
+    onnxruntime on the golden model and the RTL (cycle-exact), the model in one piece."""
+    net = Net((8, 6, 6), seed=13, name="chconst")
+    rng = np.random.default_rng(4)
+
+    def vector(shape):
+        return net.const(rng.uniform(0.5, 1.5, shape).astype(np.float32))
+    # (after a Relu: onnxruntime's pre-processing folds a constant right after a Conv into it)
+    a = net.op("Add", [net.op("Relu", [net.conv("x", 8, 16, 3)]), vector((1, 16, 1, 1))])
+    b = net.op("Sub", [vector((16, 1, 1)), a])
+    c = net.op("Mul", [net.op("Relu", [net.conv(b, 16, 16, 3)]), vector((1, 16, 1, 1))])
+    d = net.op("Div", [c, vector((16, 1, 1))])
+    path = tmp_path / "chconst.qdq.onnx"
+    quantize_model(net.model([net.conv(d, 16, 8, 1, pads=[0, 0, 0, 0])], opset=13), path,
+                   CalibrationSource.synthetic(4, seed=1))
+    program = compile_partitioned(path, TINY)
+    assert isinstance(program, Compiled), "a per-channel constant left to the host"
+    assert sum(n.op == "channel_table" for n in program.graph.nodes) == 4
+    runs_like_onnxruntime_on_the_rtl(program, path, net.samples(1, seed=2), harness_tiny)
+
+
 #: Groups of each trained model's first accelerator image run on the RTL.
 SLICE_GROUPS = 6
 

@@ -4,8 +4,10 @@ and against the cycle model (DRAM bytes per group exactly, cycles within its tol
 Hypothesis draws small CNNs (some with rows wider than the row buffer, which the compiler
 tiles) — a chain of convolutions (1×1/3×3/5×5, stride 1 or 2, normal or
 depthwise), activations (Relu, HardSwish, Sigmoid), max/average pools (2×2/2, and 3×3/1
-with padding 1 for max), residual adds and 2× upsamples, and "twins" (one weight tensor
+with padding 1 for max), residual adds and 2× upsamples, "twins" (one weight tensor
 applied twice in a row, which the second group finds in the weight store: ``weights_held``),
+and YOLOv8's C2f blocks (a channel Split, a residual conv on the second part, a Concat of
+the parts and its result: parts on or off lane blocks, views or copies),
 each run as compiled and in the all-frame
 policy (maps on chip, weights prefetched) — as a plain tuple (:func:`networks`), so a failing example shrinks to a minimal
 network whose tuple goes into :data:`EXAMPLES`, rerun on every test. ``make test`` draws a few
@@ -18,6 +20,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
+from onnx import helper
 
 from netbuild import Net
 from sfnpu.compiler.importer import ModelError
@@ -37,6 +40,7 @@ LAYERS = st.one_of(
     st.tuples(st.just("add"), st.just(None)),
     st.tuples(st.just("up"), st.just(None)),
     st.tuples(st.just("twin"), st.sampled_from([1, 3])),
+    st.tuples(st.just("split"), st.sampled_from([4, 8, "half"])),
 )
 
 
@@ -78,6 +82,11 @@ EXAMPLES = [
     (8, 5, 180, 8, (("conv", (3, 1, 24)), ("conv", (3, 1, 8)))),
     (8, 6, 176, 9, (("conv", (1, 1, 24)), ("add", None), ("pool", "max"))),
     (8, 5, 180, 10, (("conv", (1, 1, 24)), ("dw", (3, 2)), ("act", "HardSwish"))),
+    # C2f blocks: 16 channels split 8 + 8 on 8 lanes (views), 8 split 4 + 4 (one-hot copies
+    # and a concat with a gap channel block), 12 split 4 + 8 (a view ending the source).
+    (8, 6, 6, 12, (("conv", (1, 1, 16)), ("split", 8))),
+    (8, 6, 7, 13, (("split", "half"), ("act", "HardSwish"))),
+    (8, 7, 6, 14, (("conv", (1, 1, 12)), ("split", 4), ("pool", "max"))),
 ]
 #: Specs rerun on ecp5 as well (``make test`` draws on tiny only): a residual add whose input,
 #: shortcut and output all cross ecp5's narrow DRAM bus, so its reads and writes contend; an
@@ -147,6 +156,15 @@ def build(spec):
             for _ in range(2):
                 x = net.op("Conv", [x, weight, bias], kernel_shape=[arg, arg], strides=[1, 1],
                            pads=[arg // 2] * 4)
+        elif kind == "split" and c >= 2:
+            first = c // 2 if arg == "half" else min(arg, c - 1)
+            second = c - first
+            parts = [net._fresh("part") for _ in range(2)]
+            net.nodes.append(helper.make_node("Split", [x, net.const_int([first, second])],
+                                              parts, axis=1, name=net._fresh("split")))
+            y = net.op("Add", [net.conv(parts[1], second, second, 3), parts[1]])
+            x = net.op("Concat", [*parts, y], axis=1)
+            c += second
         elif kind == "up" and max(h, w) <= 16:
             x = net.op("Resize", [x, "", net.const([1, 1, 2, 2])], mode="nearest",
                        coordinate_transformation_mode="asymmetric", nearest_mode="floor")
