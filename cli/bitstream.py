@@ -25,6 +25,11 @@ def add_arguments(parser):
                         help="ulx3s-85f with --memory bram: block RAM size (default 64)")
     parser.add_argument("--link-only", action="store_true",
                         help="ulx3s-85f: leave the accelerator out (a quick check of the flow)")
+    parser.add_argument("--config",
+                        help="ulx3s-85f: the accelerator's configuration (default ecp5-ulx3s); "
+                        "one the resource estimate puts beyond the part is refused")
+    parser.add_argument("--skip-fit-check", action="store_true",
+                        help="ulx3s-85f: build even if the estimate says it does not fit")
     parser.add_argument("--out", help="output folder (default build/bitstream/BOARD)")
 
 
@@ -33,13 +38,22 @@ def _board_options(args) -> dict:
     if args.board == "ulx3s-85f":
         if args.memory_kib and args.memory != "bram":
             raise CliError("--memory-kib sizes block RAM: add --memory bram")
+        from sfnpu.config import ConfigError, get_config
+
+        try:
+            config = get_config(args.config) if args.config else None
+        except (ConfigError, KeyError) as e:
+            raise CliError(f"--config: {e}") from None
         return dict(synth_only=args.synth_only, clock_mhz=args.clock_mhz, baud=args.baud,
                     memory=args.memory or "sdram",
                     memory_bytes=args.memory_kib * 1024 if args.memory_kib else None,
-                    with_accelerator=not args.link_only)
-    if args.synth_only or args.clock_mhz or args.memory or args.memory_kib or args.link_only:
-        raise CliError(f"--synth-only, --link-only, --clock-mhz, --memory and --memory-kib "
-                       f"apply to ulx3s-85f; {args.board} gets a Vivado project")
+                    with_accelerator=not args.link_only, config=config,
+                    check_fit=not args.skip_fit_check)
+    if (args.synth_only or args.clock_mhz or args.memory or args.memory_kib or args.link_only
+            or args.config or args.skip_fit_check):
+        raise CliError(f"--synth-only, --link-only, --clock-mhz, --memory, --memory-kib, "
+                       f"--config and --skip-fit-check apply to ulx3s-85f; {args.board} gets "
+                       "a Vivado project")
     return {}
 
 

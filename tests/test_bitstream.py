@@ -56,6 +56,20 @@ def test_ulx3s_flow_without_accelerator(memory):
     assert all(achieved >= target for achieved, target in build.fmax.values()), build.fmax
 
 
+def test_config_beyond_the_part_is_refused_before_synthesis(tmp_path):
+    """``ecp5`` (8x8, 64 KiB buffers) is beyond the LFE5U-85F by the resource estimate: the
+    build says so in a second, naming each resource, instead of failing after Yosys."""
+    from sfnpu.config import get_config
+    from sfnpu.tools.bitstream import BitstreamError
+
+    with pytest.raises(BitstreamError) as refused:
+        build_ecp5(tmp_path, config=get_config("ecp5"), log=lambda _: None)
+    message = str(refused.value)
+    assert "'ecp5' does not fit the ULX3S's LFE5U-85F" in message
+    assert "multipliers" in message and "block RAMs" in message and "--skip-fit-check" in message
+    assert not any(tmp_path.iterdir()), "nothing is elaborated or built"
+
+
 def test_ulx3s_accelerator_synthesises_within_the_part():
     """The whole board top with the accelerator (``ecp5-ulx3s``, SDRAM) through Yosys: every
     resource within the LFE5U-85F. (Placement and routing, about an hour, is `make bitstream`.)"""

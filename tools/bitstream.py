@@ -111,14 +111,18 @@ def _synth_cells(log_text: str) -> dict[str, int]:
 def build_ecp5(out_dir, *, config: HwConfig | None = None, clock_mhz: float | None = None,
                baud: int = DEFAULT_BAUD, memory: str = "sdram", memory_bytes: int | None = None,
                synth_only: bool = False, with_accelerator: bool = True, seed: int = 1,
-               log=print) -> EcpBuild:
+               check_fit: bool = True, log=print) -> EcpBuild:
     """``memory``: the accelerator's DRAM, the board's SDRAM (``"sdram"``) or
-    ``memory_bytes`` of block RAM (``"bram"``, default :data:`~sfnpu.hw.ulx3s.MEMORY_BYTES`)."""
+    ``memory_bytes`` of block RAM (``"bram"``, default :data:`~sfnpu.hw.ulx3s.MEMORY_BYTES`).
+    A configuration whose accelerator alone the resource estimate puts beyond the part is
+    refused before Yosys runs, unless ``check_fit`` is false."""
     from sfnpu.hw.sdram_timing import ULX3S_SDRAM
     from sfnpu.hw.ulx3s import MEMORY_BYTES, Ulx3s85FPlatform, Ulx3sTop, ecp5_pll_settings, \
         ulx3s_config
 
     cfg = config or ulx3s_config()
+    if with_accelerator and check_fit:
+        _check_fit(cfg)
     clock_mhz = clock_mhz or cfg.clock_mhz
     if memory == "sdram" and memory_bytes:
         raise BitstreamError("the SDRAM's size is the board's: memory_bytes sizes block RAM "
@@ -242,6 +246,23 @@ def ecp5_report(b: EcpBuild) -> str:
     lines += ["", f"Command: `sfnpu bitstream --board ulx3s-85f{options}`"
               + ("" if options else " (`make bitstream`)"), ""]
     return "\n".join(lines)
+
+
+def _check_fit(config: HwConfig):
+    """Refuse, in a second, a build that cannot fit the ULX3S's part."""
+    from sfnpu import resources
+    from sfnpu.config import DEVICES
+    from sfnpu.hw.ulx3s import Ulx3s85FPlatform
+
+    part = Ulx3s85FPlatform.device
+    short = resources.shortfalls(resources.estimate(config), DEVICES[part])
+    if short:
+        raise BitstreamError(
+            f"config {config.name!r} does not fit the ULX3S's {part}: the accelerator "
+            f"alone {'; '.join(short)} (sfnpu.resources' estimate, calibrated against Yosys; "
+            "the SDRAM controller and UART bridge come on top). Choose a configuration "
+            "that fits (`sfnpu configs` shows the estimates), or build anyway with "
+            "--skip-fit-check to see what Yosys maps")
 
 
 def build_board(board: str, out_dir, **kwargs):
