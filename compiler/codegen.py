@@ -159,8 +159,8 @@ class _Builder:
             concat = g.producer(group.dest)
             self.fail(group, f"concat {concat.name!r}: a part starts at channel "
                       f"{group.channel_offset}, inside a block of {self.config.lanes} lanes "
-                      "(the accelerator writes whole blocks; parts are moved onto block "
-                      "boundaries only when every reader of the result is a convolution)",
+                      "(the accelerator writes whole blocks: run passes.on_lane_blocks "
+                      "before fusion, which moves parts onto block boundaries)",
                       concat)
         f = dict(in_c=x.shape[0], in_h=x.shape[1], in_w=x.shape[2],
                  in_zp=x.qtype.zero_point, in_signed=int(x.qtype.signed),

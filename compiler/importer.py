@@ -794,7 +794,8 @@ class _Importer:
     def channel_window(self, node, x: Tensor, start: int, count: int, out: str,
                        qtype: QType):
         """``count`` channels of ``x`` from ``start``: an IR ``slice`` (a view or a one-hot
-        convolution, chosen per configuration by :func:`~.passes.channel_views`)."""
+        convolution, chosen per configuration by
+        :func:`~.passes.channel_views_or_copies`)."""
         if qtype != x.qtype:
             raise ModelError(f"{_where(node)}: output {out!r} is quantised as {qtype}, its "
                              f"input as {x.qtype}; the accelerator takes channels out "

@@ -73,7 +73,7 @@ def _freeze(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
 #:                channel in the result when gaps keep parts on lane blocks
 #:   slice        attrs: start — channels [start, start + C_out) of the input (Split, Slice):
 #:                a view of the input in DRAM, or a one-hot 1x1 convolution
-#:                (passes.channel_views decides per configuration)
+#:                (passes.channel_views_or_copies decides per configuration)
 #:   resize       attrs: scale (2)                                   (nearest)
 #:   table        consts: table uint8/int8 (256,) — an exact 8-bit → 8-bit unary op
 #:   channel_table consts: table uint8/int8 (C, 256) — one per channel (BatchNorm in QDQ)
@@ -226,7 +226,7 @@ class InputTaps:
 
 
 def copy_conv(name: str, source: str, output: str, weight: np.ndarray,
-               stride: tuple[int, int] = (1, 1)) -> Node:
+              stride: tuple[int, int] = (1, 1)) -> Node:
     """A convolution with one-hot ``weight`` that copies codes: with the output quantised as
     the input, the requantisation is by exactly 1.0 (an output channel without weights gives
     the zero point)."""

@@ -16,8 +16,8 @@ from sfnpu.hw.conv_array import row_cycles
 from sfnpu.limits import StoreSizes
 
 from .groups import weight_key
-from .ir import (Graph, InputTaps, Node, QType, Tensor, copy_conv, channel_select_conv,
-                 channel_views, check, is_space_to_depth_conv, space_to_depth_conv)
+from .ir import (Graph, InputTaps, Node, QType, Tensor, channel_select_conv, channel_views,
+                 check, copy_conv, is_space_to_depth_conv, space_to_depth_conv)
 
 __all__ = ["PASSES", "run_passes", "fold_silu", "requantize_concat_inputs",
            "drop_dead_nodes", "split_shared_wide_convs", "space_to_depth_strided_convs",
