@@ -199,11 +199,17 @@ class _Builder:
                         out_q.zero_point)
                     post["eltwise_swap"][0] = int(swap)
                 else:
-                    if b.shape[1:] != (1, 1):
-                        self.fail(group, f"node {node.name!r}: an element-wise product of two "
-                                  "feature maps is not supported (only a per-channel scale)",
-                                  node)
-                    f["eltwise"] = Eltwise.CHANNEL_SCALE
+                    streamed = g.tensors[node.inputs[0] if node.inputs[1] == group.shortcut
+                                         else node.inputs[1]].shape
+                    if b.shape[1:] == (1, 1):
+                        f["eltwise"] = Eltwise.CHANNEL_SCALE
+                    elif b.shape == streamed:
+                        f["eltwise"] = Eltwise.MUL
+                    else:
+                        self.fail(group, f"node {node.name!r}: a product with a "
+                                  f"{'×'.join(map(str, b.shape))} operand; the accelerator "
+                                  "multiplies by a per-channel vector or by a map of the same "
+                                  f"shape ({'×'.join(map(str, streamed))})", node)
                     post["eltwise_const"][0] = (numeric.qlinear_mul_multiplier(
                         stage_in.scale, b.qtype.scale, out_q.scale), 0, 0)
             elif node.op in ("maxpool", "avgpool", "globalavgpool"):

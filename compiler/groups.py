@@ -87,6 +87,10 @@ def _stage(node: Node, open_: _Open) -> str:
     return _STAGE_OF[node.op]
 
 
+def _same_shape(graph: Graph, names) -> bool:
+    return len({graph.tensors[n].shape for n in names}) == 1
+
+
 def fuse(graph: Graph) -> list[Group]:
     """Group the graph's nodes; raises IRError if a node cannot be placed."""
     producer_group: dict[str, int] = {name: -1 for name in graph.inputs}
@@ -110,9 +114,11 @@ def fuse(graph: Graph) -> list[Group]:
         if node.op in ("concat", "slice"):
             continue  # resolved after fusion; channel views are read in place
         stage = _stage(node, current) if current else None
-        # An add may stream either operand; the other one is read as the shortcut.
+        # An add, or a product of two maps, may stream either operand; the other one is read
+        # as the shortcut (a per-channel vector always is).
         stream = node.inputs[0]
-        if current is not None and node.op == "add" and node.inputs[1] == current.output:
+        if current is not None and node.inputs[1:] == (current.output,) and (
+                node.op == "add" or (node.op == "mul" and _same_shape(graph, node.inputs))):
             stream = node.inputs[1]
         opens = node.op in ("conv", "channel_table") and not (
             node.op == "conv" and current is not None and current.stages == ["in_transform"])

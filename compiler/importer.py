@@ -773,10 +773,12 @@ class _Importer:
         else:
             if b.shape[1:] != (1, 1) and a.shape[1:] == (1, 1):
                 a, b = b, a
-            # Same shapes: x · Sigmoid(x) (SiLU), folded into one table by a later pass.
+            # Same shapes: two maps (Eltwise.MUL), or x · Sigmoid(x) (SiLU), which a later pass
+            # folds into one table.
             if b.shape != (a.shape[0], 1, 1) and b.shape != a.shape:
                 raise ModelError(f"{_where(node)}: Mul of shapes {a.shape} and {b.shape}; "
-                                 "sfnpu multiplies a feature map by a per-channel vector")
+                                 "sfnpu multiplies a feature map by a per-channel vector or "
+                                 "by a map of the same shape")
             shape, op = a.shape, "mul"
         self.add_tensor(out, shape, qtype)
         self.nodes.append(Node(node.name, op, (a.name, b.name), out))

@@ -42,7 +42,7 @@ from typing import Mapping, Sequence
 
 from sfnpu import isa, layout
 from sfnpu.config import DEVICES, HwConfig, ROW_BUFFER_ROWS
-from sfnpu.isa import ConvKind, Eltwise, Instruction, Location, MemSpace, Reuse
+from sfnpu.isa import ConvKind, Eltwise, Instruction, Location, MemSpace, Reuse, eltwise_reads_map
 from sfnpu.limits import (HeldWeights, loads_whole_weights, overflows, prefetch_fits,
                           stages_input, staging_buffer, staging_location, weight_store_after,
                           weight_reads, with_held_weights)
@@ -543,7 +543,7 @@ def _row_operands(instr: Instruction) -> list[tuple[str, Location, tuple[int, in
     """(role, location, spatial size) of a group's feature-map operands."""
     ops = [("input", instr.input, (instr.in_h, instr.in_w)),
            ("output", instr.output, (instr.out_h, instr.out_w))]
-    if instr.eltwise == Eltwise.ADD:
+    if eltwise_reads_map(instr.eltwise):
         ops.append(("shortcut", instr.shortcut, layout.conv_output_hw(instr)))
     elif instr.eltwise == Eltwise.CHANNEL_SCALE:
         ops.append(("shortcut", instr.shortcut, (1, 1)))
@@ -1018,7 +1018,7 @@ def _eq8_terms(instr: Instruction, config: HwConfig, grp: Group | None,
         if instr.conv != ConvKind.NONE:
             terms += [both(instr.in_c, instr.in_h, instr.in_w),
                       both(instr.out_c, instr.out_h, instr.out_w)]
-        if instr.eltwise == Eltwise.ADD:
+        if eltwise_reads_map(instr.eltwise):
             terms.append(both(instr.out_c, *layout.conv_output_hw(instr)))
     elif grp is not None and grp.dest is not None:
         c, h, w = instr.out_c, instr.out_h, instr.out_w

@@ -30,7 +30,7 @@ import numpy as np
 
 from sfnpu import layout
 from sfnpu.config import HwConfig
-from sfnpu.isa import ConvKind, Eltwise, Instruction, Pool
+from sfnpu.isa import ConvKind, Eltwise, Instruction, Pool, eltwise_reads_map
 from sfnpu.limits import overflows
 
 __all__ = ["Tile", "TileError", "plan"]
@@ -122,7 +122,7 @@ def _strip(whole: Tile, x0: int, x1: int, config: HwConfig, base: Instruction) -
         whole, instr=i.replace(**changes),
         input_offset=whole.input_offset + in0 * L,
         output_offset=whole.output_offset + x0 * L,
-        shortcut_offset=whole.shortcut_offset + (c0 * L if i.eltwise == Eltwise.ADD else 0),
+        shortcut_offset=whole.shortcut_offset + (c0 * L if eltwise_reads_map(i.eltwise) else 0),
         geometry=dense)
 
 

@@ -1,4 +1,5 @@
-"""SE channel scale (Eltwise.CHANNEL_SCALE): onnxruntime's QLinearMul, bit for bit.
+"""SE channel scale (Eltwise.CHANNEL_SCALE) and the product of two feature maps (Eltwise.MUL):
+onnxruntime's QLinearMul, bit for bit.
 
 The numeric contract (:func:`sfnpu.numeric.qlinear_mul_codes`) is::
 
@@ -6,7 +7,8 @@ The numeric contract (:func:`sfnpu.numeric.qlinear_mul_codes`) is::
     t = float32(float32(float32(p) · m) + float32(y_zp))   two float32 roundings, ties to even
     y = sat8(cvtps_epi32(t))                               ties to even; |t| ≥ 2³¹ or NaN → lo
 
-``a`` is the feature map, ``b`` the channel's scale code (constant over the channel block).
+``a`` is the feature map, ``b`` the channel's scale code (constant over the channel block) or,
+for MUL, the other map's code at the same pixel.
 The zero point is added in float32 *before* the conversion to an integer, so a product just
 below a half (``k.49999997``) can become a tie; adding it after rounding would differ.
 
@@ -18,7 +20,7 @@ products saturate by sign — except that ``cvtps_epi32`` turns ``t ≥ 2³¹`` 
 ``lo``, which the lane reproduces too.
 
 :class:`ChannelScale` runs ``lanes`` such lanes on a feature-map stream and takes one beat of
-scale codes per channel block from a second stream.
+scale codes per channel block (or, ``per_pixel``, one per pixel) from a second stream.
 """
 
 from __future__ import annotations
@@ -245,7 +247,9 @@ class ChannelScale(wiring.Component):
         Feature map ``a``: ``in_h`` rows of ``blocks`` segments of ``in_w`` beats; the next
         group follows without a gap.
     s_stream : In(stream.Signature(ArrayLayout(8, lanes)))
-        Scale codes ``b`` (the ``shortcut`` tensor, ``C × 1 × 1``): ``blocks`` beats per group,
+        With ``per_pixel`` (Eltwise.MUL): the codes ``b`` of a tensor of the feature map's
+        shape, one beat with each pixel, in the same order (a pixel waits for its beat).
+        Otherwise scale codes ``b`` (the ``shortcut`` tensor, ``C × 1 × 1``): ``blocks`` beats per group,
         in block order. They are read as soon as they are offered, from the cycle after the
         previous group's last pixel was accepted (from reset for the first group) until
         ``blocks`` of them are stored — independently of ``i_stream`` and ``o_stream``, so a
@@ -257,6 +261,8 @@ class ChannelScale(wiring.Component):
     enable : In(1)
         Configuration: 0 bypasses the stage (``o_stream`` is ``i_stream``, combinationally;
         ``s_stream`` is not read).
+    per_pixel : In(1)
+        Configuration: ``b`` comes with every pixel (Eltwise.MUL), not once per channel block.
     in_h, in_w : In(...)
         Configuration: pixels per channel block.
     blocks : In(range(1, max_blocks + 1), init=1)
@@ -290,6 +296,7 @@ class ChannelScale(wiring.Component):
             "s_stream": In(beat),
             "o_stream": Out(beat),
             "enable": In(1),
+            "per_pixel": In(1),
             "in_h": In(range(1, max_height + 1)),
             "in_w": In(range(1, max_width + 1)),
             "blocks": In(range(1, max_blocks + 1), init=1),
@@ -322,17 +329,18 @@ class ChannelScale(wiring.Component):
         # Scale beats of the group stored so far. In the first row the pixels of block b come
         # after those of blocks < b, which needed their scale beats: loaded ≥ segment always,
         # and loaded == segment means the beat of this block is still to come.
+        # With ``per_pixel`` every pixel takes the beat offered with it.
         loaded = Signal(range(self.max_blocks + 1))
-        scale_missing = loaded == segment
+        scale_missing = (loaded == segment) | self.per_pixel
         scale_ready = ~scale_missing | self.s_stream.valid
         s_take = Signal()
-        m.d.comb += [
-            self.s_stream.ready.eq(self.enable & (loaded != self.blocks)),
-            s_take.eq(self.s_stream.valid & self.s_stream.ready),
-        ]
-
         accept = Signal()
-        m.d.comb += accept.eq(self.enable & advance & self.i_stream.valid & scale_ready)
+        m.d.comb += [
+            accept.eq(self.enable & advance & self.i_stream.valid & scale_ready),
+            self.s_stream.ready.eq(self.enable & Mux(self.per_pixel, accept,
+                                                     loaded != self.blocks)),
+            s_take.eq(self.s_stream.valid & self.s_stream.ready & ~self.per_pixel),
+        ]
         with m.If(accept):
             m.d.sync += column.eq(Mux(segment_end, 0, column + 1))
             with m.If(segment_end):

@@ -28,7 +28,7 @@ def _isa_md() -> str:
         "convolution with its fused input transform and post-processing chain:",
         "",
         "```",
-        "conv → requantise → [act if BEFORE_ELTWISE] → eltwise (ADD / CHANNEL_SCALE)",
+        "conv → requantise → [act if BEFORE_ELTWISE] → eltwise (ADD / CHANNEL_SCALE / MUL)",
         "     → [act if AFTER_ELTWISE] → pool → 2× upsample → write at out_c_offset",
         "```",
         "",

@@ -9,7 +9,7 @@ One instruction describes one group (paper Sec. III-A, Fig. 5b): an optional con
 (normal or depthwise, any kernel up to 7×7, stride 1 or 2, asymmetric padding), the input-side
 transform, then the post-processing chain in hardware order::
 
-    conv → requantise → [act if BEFORE_ELTWISE] → eltwise (ADD / CHANNEL_SCALE)
+    conv → requantise → [act if BEFORE_ELTWISE] → eltwise (ADD / CHANNEL_SCALE / MUL)
          → [act if AFTER_ELTWISE] → pool → 2× upsample → write at channel offset
 
 Tensors are located by :class:`Location` (DRAM byte offset from the image base, or one of the
@@ -28,7 +28,8 @@ from amaranth.lib import data, enum
 
 __all__ = [
     "WORDS", "WORD_BITS", "Opcode", "ConvKind", "Reuse", "Activation", "ActOrder", "Pool",
-    "Eltwise", "InputTransform", "MemSpace", "LocationLayout", "InstructionLayout",
+    "Eltwise", "eltwise_reads_map", "eltwise_multiplies", "InputTransform", "MemSpace",
+    "LocationLayout", "InstructionLayout",
     "Location", "Instruction", "InstructionError", "dram", "buffer", "FIELD_DOCS", "encode", "decode",
     "validate", "encode_program", "decode_program", "expected_output_hw", "field_table",
     "enum_types", "FieldInfo", "VALUE_SIGNEDNESS",
@@ -84,10 +85,24 @@ class Pool(enum.Enum, shape=2):
 
 class Eltwise(enum.Enum, shape=2):
     """Second operand stream, read from ``shortcut``: ADD a residual tensor of the output's
-    shape, or CHANNEL_SCALE by a per-channel vector (squeeze-and-excitation)."""
+    shape, CHANNEL_SCALE by a per-channel vector (squeeze-and-excitation), or MUL by a tensor
+    of the output's shape (QLinearMul of two feature maps: a gate, spatial attention)."""
     NONE = 0
     ADD = 1
     CHANNEL_SCALE = 2
+    MUL = 3
+
+
+def eltwise_reads_map(eltwise):
+    """Whether the element-wise stage reads a tensor of the conv output's shape (ADD, MUL)
+    rather than a per-channel vector. Takes an :class:`Eltwise` or an RTL view of one."""
+    return (eltwise == Eltwise.ADD) | (eltwise == Eltwise.MUL)
+
+
+def eltwise_multiplies(eltwise):
+    """Whether the element-wise stage is a QLinearMul (CHANNEL_SCALE, MUL: the channel
+    scaler) rather than a QLinearAdd. Takes an :class:`Eltwise` or an RTL view of one."""
+    return (eltwise == Eltwise.CHANNEL_SCALE) | (eltwise == Eltwise.MUL)
 
 
 class InputTransform(enum.Enum, shape=2):
@@ -233,7 +248,8 @@ FIELD_DOCS = {
     "clamp_hi": "CLAMP: highest output value",
     "input": "input feature map",
     "output": "output feature map (the destination tensor when concatenating)",
-    "shortcut": "ADD: residual tensor; CHANNEL_SCALE: per-channel scale vector",
+    "shortcut": "ADD: residual tensor; CHANNEL_SCALE: per-channel scale vector; MUL: the "
+                "other factor, a tensor of the output's shape",
     "weights": "weights in the hardware layout (DRAM)",
     "params": "parameter block: bias, requantisation, activation table, … (DRAM)",
 }

@@ -22,7 +22,7 @@ import numpy as np
 
 from .config import HwConfig
 from .isa import Activation, ConvKind, Eltwise, Instruction, InputTransform, Location, \
-    MemSpace
+    MemSpace, eltwise_reads_map
 
 __all__ = [
     "PARAM_ALIGN", "channel_blocks", "tensor_bytes", "pack_tensor", "unpack_tensor",
@@ -154,7 +154,7 @@ STAGES = ("in_transform", "conv", "act", "eltwise", "act_after", "pool")
 
 #: The quantisation of every stage's output code (zero point, int8 or uint8) and the float32
 #: constants of the stages that requantise; their use is fixed by :mod:`sfnpu.numeric`:
-#:   eltwise_const  ADD: (r_a, r_b, fixed) of QLinearAdd; CHANNEL_SCALE: (m, 0, 0)
+#:   eltwise_const  ADD: (r_a, r_b, fixed) of QLinearAdd; CHANNEL_SCALE, MUL: (m, 0, 0)
 #:   eltwise_swap   ADD: 1 when onnxruntime's operand A is the shortcut, not the stream
 #:   pool_const     GLOBAL_AVG: (multiplier, 0); AVG: (input scale, output scale)
 #: A stage the group does not use holds zeros. The final stage's entry equals the
@@ -187,7 +187,7 @@ class Geometry:
         """The pitches of tensors stored whole: rows of ``in_w`` / ``out_w`` / conv-output
         pixels; a CHANNEL_SCALE vector's blocks are one word apart."""
         h, w = conv_output_hw(instr)
-        sc_plane = h * w * lanes if instr.eltwise == Eltwise.ADD else lanes
+        sc_plane = h * w * lanes if eltwise_reads_map(instr.eltwise) else lanes
         return cls(instr.in_w * lanes, instr.in_h * instr.in_w * lanes, instr.out_w * lanes,
                    instr.out_h * instr.out_w * lanes, w * lanes, sc_plane)
 
@@ -323,7 +323,7 @@ def accesses(instr: Instruction, config: HwConfig, params: bytes | None = None,
             lanes), write=True),
     ]
     blocks = channel_blocks(instr.out_c, lanes)
-    if instr.eltwise == Eltwise.ADD:
+    if eltwise_reads_map(instr.eltwise):
         h, w = conv_output_hw(instr)
         result.append(rng("shortcut", instr.shortcut, 0, window_extent(
             h, w, blocks, geo.sc_row, geo.sc_plane, lanes)))

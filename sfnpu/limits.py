@@ -18,7 +18,7 @@ from typing import Sequence
 from sfnpu import layout
 from sfnpu.config import ROW_BUFFER_ROWS, HwConfig, depthwise_taps
 from sfnpu.isa import (ConvKind, Eltwise, InputTransform, Instruction, Location, MemSpace, Pool,
-                       Reuse)
+                       Reuse, eltwise_reads_map)
 
 
 __all__ = ["StoreSizes", "GroupShape", "group_shape", "overflows", "loads_whole_weights",
@@ -357,7 +357,7 @@ def overflows(instr: Instruction, config: HwConfig, *, buffers: bool = True) -> 
                 ("output", instr.output, (instr.out_c_offset // L + s.out_blocks)
                  * instr.out_h * instr.out_w * L)]
     if instr.eltwise != Eltwise.NONE:
-        per_block = s.conv_h * s.conv_w * L if instr.eltwise == Eltwise.ADD else L
+        per_block = s.conv_h * s.conv_w * L if eltwise_reads_map(instr.eltwise) else L
         operands.append(("shortcut", instr.shortcut, s.out_blocks * per_block))
     for name, loc, extent in operands:
         check(buffers and loc.space != MemSpace.DRAM and loc.offset + extent > size,

@@ -13,7 +13,7 @@ import numpy as np
 
 from sfnpu import image, isa, layout, numeric
 from sfnpu.config import HwConfig
-from sfnpu.isa import Activation, ActOrder, ConvKind, Eltwise, MemSpace, Pool
+from sfnpu.isa import Activation, ActOrder, ConvKind, Eltwise, MemSpace, Pool, eltwise_reads_map
 
 __all__ = ["GoldenModel", "GoldenError", "run_image"]
 
@@ -116,7 +116,7 @@ class GoldenModel:
             y, cur_zp, cur_signed = table(y, "act")
         if i.eltwise != Eltwise.NONE:
             zp, signed, _ = qout("eltwise")
-            if i.eltwise == Eltwise.ADD:
+            if eltwise_reads_map(i.eltwise):
                 h, w_ = layout.conv_output_hw(i)
                 b = self._read(mem, i.shortcut, i.out_c, h, w_, bool(i.sc_signed), geo.sc_row,
                                geo.sc_plane)

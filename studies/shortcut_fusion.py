@@ -49,7 +49,7 @@ from sfnpu.compiler.memory import (WEIGHT_BUFFER, WEIGHT_READS, Budget, Policy, 
                                    staging)
 from sfnpu.compiler.pipeline import Compiled, PipelineConfig, compile_model, ensure_qdq
 from sfnpu.config import HwConfig, get_config
-from sfnpu.isa import ConvKind, Eltwise, MemSpace, Reuse
+from sfnpu.isa import ConvKind, Eltwise, MemSpace, Reuse, eltwise_reads_map
 from sfnpu.models import builders
 
 from .networks import study_model
@@ -761,7 +761,7 @@ class LayerWiseOnce:
             weights[i.weights.offset] = size
             h, w = layout.conv_output_hw(i)
             conv_io += i.in_c * i.in_h * i.in_w + i.out_c * h * w
-            if i.eltwise == Eltwise.ADD:
+            if eltwise_reads_map(i.eltwise):
                 shortcuts += i.out_c * h * w
         return LayerWiseOnce(conv_io, shortcuts, sum(weights.values()),
                              sum(classifier.values()))

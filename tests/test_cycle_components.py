@@ -140,7 +140,7 @@ def test_upsampler_matches_upsample2x(blocks, width, rows, seed):
     the replay's."""
     rng = np.random.default_rng(seed)
     arrivals = (np.cumsum(rng.integers(0, 4, rows * blocks * width)) + 1).tolist()
-    plan = SimpleNamespace(obs=blocks, pooled_w=width, is_add=False,
+    plan = SimpleNamespace(obs=blocks, pooled_w=width, reads_map=False,
                            instr=SimpleNamespace(pool=Pool.NONE))
     # one write per word, no chain behind: the model's readies are the beats themselves
     writer = SimpleNamespace(rows_out=2, per_block=2 * width, chunk=1, latency=0)

@@ -230,6 +230,29 @@ def test_channel_scale_throughput_and_bypass():
     assert run.beats == beats and run.extra == 0
 
 
+@pytest.mark.parametrize("lanes, blocks, h, w, stall", [
+    (8, 2, 3, 5, 0.4), (4, 3, 2, 1, 0.6), (2, 1, 4, 4, 0.0), (4, 4, 1, 3, 0.3),
+])
+def test_product_of_two_maps_per_pixel(lanes, blocks, h, w, stall):
+    """``per_pixel`` (Eltwise.MUL): the other factor is a map of the same shape, one beat with
+    each pixel, in the same (row-interleaved) order; random stalls on all three streams."""
+    rng = np.random.default_rng(lanes * 100 + blocks * 10 + h)
+    c = lanes * blocks - int(rng.integers(0, lanes))
+    x, _, config, _ = scale_group(rng, lanes, c, h, w, True, False, True)
+    other = rng.choice(codes(False), (c, h, w)).astype(np.uint8)
+    m = np.uint32(config["multiplier"]).view(np.float32)
+    dut = ChannelScale(lanes, max_height=8, max_width=16, max_blocks=4)
+    beats = interleaved_beats_of(x, lanes)
+    run = run_streams(dut, {"i_stream": beats, "s_stream": interleaved_beats_of(other, lanes)},
+                      len(beats), config=dict(config, per_pixel=1), rng=rng, stall=stall)
+    got = interleaved_tensor_of(run.beats, c, h, w, lanes, True)
+    expected = reference(x, config["a_zp"], other, config["b_zp"], m, config["y_zp"], True)
+    assert np.array_equal(got, expected), np.argwhere(got != expected)[:5]
+    assert run.extra == 0
+    if not stall:
+        assert run.cycles <= len(beats) + LATENCY + 1        # a pixel per cycle
+
+
 # -- row-interleaved channel blocks: rows of `blocks` segments, order (y, b, x) -------------------
 
 def scale_group(rng, lanes, c, h, w, a_signed, b_signed, out_signed):

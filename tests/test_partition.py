@@ -14,6 +14,7 @@ from sfnpu.compiler.pipeline import Compiled, run_onnxruntime
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
 from sfnpu.sim.golden import GoldenModel
+from sfnpu.isa import Eltwise
 
 TINY = get_config("tiny")
 
@@ -517,6 +518,31 @@ def test_per_channel_constant_arithmetic_on_the_rtl(tmp_path, harness_tiny):
     program = compile_partitioned(path, TINY)
     assert isinstance(program, Compiled), "a per-channel constant left to the host"
     assert sum(n.op == "channel_table" for n in program.graph.nodes) == 4
+    runs_like_onnxruntime_on_the_rtl(program, path, net.samples(1, seed=2), harness_tiny)
+
+
+@pytest.mark.parametrize("upsample", [False, True], ids=["plain", "upsampled"])
+def test_product_of_two_maps_on_the_rtl(tmp_path, harness_tiny, upsample):
+    """Mul of two feature maps of the same shape (a gate: ``x · Sigmoid(conv(x))``, and the
+    product of two convolutions) runs on the accelerator as Eltwise.MUL: the channel scaler
+    takes the other map's code with every pixel. Bit-exact with onnxruntime on the golden
+    model and the RTL (cycle-exact), the model in one piece; the gate also feeds an upsample,
+    whose replays freeze the scaler's pipeline."""
+    net = Net((8, 6, 7), seed=17 + upsample, name="gates")
+    a = net.op("Relu", [net.conv("x", 8, 16, 3)])
+    gate = net.op("Sigmoid", [net.conv(a, 16, 16, 3)])
+    b = net.op("Mul", [a, gate])                     # spatial attention
+    c = net.op("Mul", [net.conv(b, 16, 16, 1, pads=[0, 0, 0, 0]), net.conv(a, 16, 16, 3)])
+    if upsample:
+        c = net.op("Resize", [c, "", net.const(np.array([1, 1, 2, 2], np.float32))],
+                   mode="nearest")
+    path = tmp_path / "gates.qdq.onnx"
+    quantize_model(net.model([net.conv(c, 16, 8, 1, pads=[0, 0, 0, 0])], opset=13), path,
+                   CalibrationSource.synthetic(4, seed=1))
+    program = compile_partitioned(path, TINY)
+    assert isinstance(program, Compiled), "a product of two maps left to the host"
+    kinds = [i.eltwise for i in program.program.instructions]
+    assert kinds.count(Eltwise.MUL) == 2, kinds
     runs_like_onnxruntime_on_the_rtl(program, path, net.samples(1, seed=2), harness_tiny)
 
 

@@ -6,8 +6,9 @@ tiles) — a chain of convolutions (1×1/3×3/5×5, stride 1 or 2, normal or
 depthwise), activations (Relu, HardSwish, Sigmoid), max/average pools (2×2/2, and 3×3/1
 with padding 1 for max), residual adds and 2× upsamples, "twins" (one weight tensor
 applied twice in a row, which the second group finds in the weight store: ``weights_held``),
-and YOLOv8's C2f blocks (a channel Split, a residual conv on the second part, a Concat of
-the parts and its result: parts on or off lane blocks, views or copies),
+YOLOv8's C2f blocks (a channel Split, a residual conv on the second part, a Concat of
+the parts and its result: parts on or off lane blocks, views or copies) and gates (a Mul of
+two maps of the same shape: ``x · Sigmoid(conv(x))``, or ``conv(x) · x``),
 each run as compiled and in the all-frame
 policy (maps on chip, weights prefetched) — as a plain tuple (:func:`networks`), so a failing example shrinks to a minimal
 network whose tuple goes into :data:`EXAMPLES`, rerun on every test. ``make test`` draws a few
@@ -41,6 +42,7 @@ LAYERS = st.one_of(
     st.tuples(st.just("up"), st.just(None)),
     st.tuples(st.just("twin"), st.sampled_from([1, 3])),
     st.tuples(st.just("split"), st.sampled_from([4, 8, "half"])),
+    st.tuples(st.just("gate"), st.sampled_from(["sigmoid", "conv"])),
 )
 
 
@@ -87,6 +89,10 @@ EXAMPLES = [
     (8, 6, 6, 12, (("conv", (1, 1, 16)), ("split", 8))),
     (8, 6, 7, 13, (("split", "half"), ("act", "HardSwish"))),
     (8, 7, 6, 14, (("conv", (1, 1, 12)), ("split", 4), ("pool", "max"))),
+    # Gates (Eltwise.MUL): one feeding the upsampler (its replays freeze the scaler's
+    # pipeline), one in column strips of rows wider than the row buffer.
+    (8, 6, 7, 15, (("conv", (1, 1, 16)), ("gate", "sigmoid"), ("up", None))),
+    (8, 5, 180, 16, (("conv", (1, 1, 24)), ("gate", "conv"), ("pool", "max"))),
 ]
 #: Specs rerun on ecp5 as well (``make test`` draws on tiny only): a residual add whose input,
 #: shortcut and output all cross ecp5's narrow DRAM bus, so its reads and writes contend; an
@@ -165,6 +171,9 @@ def build(spec):
             y = net.op("Add", [net.conv(parts[1], second, second, 3), parts[1]])
             x = net.op("Concat", [*parts, y], axis=1)
             c += second
+        elif kind == "gate":
+            gate = net.conv(x, c, c, 1, pads=[0, 0, 0, 0])
+            x = net.op("Mul", [x, net.op("Sigmoid", [gate])] if arg == "sigmoid" else [gate, x])
         elif kind == "up" and max(h, w) <= 16:
             x = net.op("Resize", [x, "", net.const([1, 1, 2, 2])], mode="nearest",
                        coordinate_transformation_mode="asymmetric", nearest_mode="floor")

@@ -179,6 +179,16 @@ def se_net():
     return net, [net.op("GlobalAveragePool", [net.op("HardSwish", [y])])]
 
 
+def gate_net():
+    """Products of two maps (Eltwise.MUL): a spatial-attention gate ``x · Sigmoid(conv(x))``
+    on two channel blocks, and the product of two convolutions of it."""
+    net = Net((8, 6, 7), seed=12, name="gates")
+    x = net.op("Relu", [net.conv("x", 8, 16, 3)])
+    x = net.op("Mul", [x, net.op("Sigmoid", [net.conv(x, 16, 16, 1, pads=[0, 0, 0, 0])])])
+    y = net.op("Mul", [net.conv(x, 16, 16, 3), net.conv(x, 16, 16, 1, pads=[0, 0, 0, 0])])
+    return net, [net.conv(y, 16, 8, 1, pads=[0, 0, 0, 0])]
+
+
 def pool_up_net():
     """Max pools 3×3/2 (padding 1) and 2×2/2, a 2× nearest upsample, with several channel
     blocks per row."""
@@ -337,9 +347,9 @@ def pre_activations(model):
 REGRESSION = (conv_stack, table_net, concat_net, preact_net, wide_net, residual_net, se_net,
               pool_up_net, avg_pool_net, coverage_net, dense_block, shared_head_net, stem_net,
               chunked_net, taps_net, row_taps_net, head_stream_net, add_stream_net,
-              max_pool_s1_net, sppf_net)
+              max_pool_s1_net, sppf_net, gate_net)
 FRAME_REGRESSION = (residual_net, se_net, conv_stack, wide_net, shared_head_net, stem_net,
-                    chunked_net, max_pool_s1_net, sppf_net)
+                    chunked_net, max_pool_s1_net, sppf_net, gate_net)
 
 
 def clamped(program):
@@ -415,6 +425,7 @@ def run_and_compare(harness, blob):
     (add_stream_net, {ConvKind.NORMAL}),
     (max_pool_s1_net, {ConvKind.NORMAL, ConvKind.NONE}),
     (sppf_net, {ConvKind.NORMAL, ConvKind.NONE}),
+    (gate_net, {ConvKind.NORMAL}),
 ])
 def test_image_matches_golden(harness, tmp_path, build, kinds):
     net, outputs = build()

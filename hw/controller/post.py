@@ -7,7 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from sfnpu import isa
-from sfnpu.isa import Activation, ActOrder, Eltwise, Pool
+from sfnpu.isa import Activation, ActOrder, Eltwise, Pool, eltwise_multiplies
 
 from ..act_table import ActivationTable
 from ..avgpool import AvgPool
@@ -23,7 +23,7 @@ __all__ = ["PostChain"]
 
 class PostChain(wiring.Component):
     """The chain of :mod:`sfnpu.isa`, in its order: activation table (before the element-wise
-    stage) → ADD or CHANNEL_SCALE with the shortcut stream → activation table (after it) →
+    stage) → ADD, CHANNEL_SCALE or MUL with the shortcut stream → activation table (after it) →
     clamp → max, average or global-average pool → 2× upsample → padding-lane mask. Every
     stage passes beats ``(oy, ob, ox)`` of the chunk's ``ob_count`` blocks; the type (zero
     point, signedness) of the codes after each stage is the post record's entry of each stage
@@ -57,7 +57,8 @@ class PostChain(wiring.Component):
     i_stream : In(stream.Signature(ArrayLayout(8, lanes)))
         Requantised codes.
     s_stream : In(stream.Signature(8 · lanes))
-        The shortcut: a residual tensor (ADD) or the scale vector (CHANNEL_SCALE).
+        The shortcut: a residual tensor (ADD), the scale vector (CHANNEL_SCALE) or the other
+        factor (MUL).
     o_stream : Out(stream.Signature(8 · lanes))
         To the write buffer; lanes past ``out_c`` are 0.
     """
@@ -108,14 +109,15 @@ class PostChain(wiring.Component):
             Upsample2x(L, max_width=self.pool_row_pixels))
         self._configure(m, act, act_after, add, scale, maxpool, avgpool, gap, upsample)
 
-        # The shortcut stream: a residual tensor (ADD) or the scale vector (CHANNEL_SCALE).
+        # The shortcut stream: a residual tensor (ADD), the scale vector (CHANNEL_SCALE) or
+        # the other factor (MUL).
         s = self.s_stream
         is_add = instr.eltwise == Eltwise.ADD
         m.d.comb += [
             add.s_stream.payload.eq(s.payload),
             scale.s_stream.payload.eq(s.payload),
             add.s_stream.valid.eq(s.valid & is_add),
-            scale.s_stream.valid.eq(s.valid & (instr.eltwise == Eltwise.CHANNEL_SCALE)),
+            scale.s_stream.valid.eq(s.valid & eltwise_multiplies(instr.eltwise)),
             s.ready.eq(Mux(is_add, add.s_stream.ready, scale.s_stream.ready)),
         ]
         # Clamp (Activation.CLAMP) between the tables and the pooling.
@@ -179,7 +181,8 @@ class PostChain(wiring.Component):
             add.r_b.eq(post_word(post, "eltwise_const", 1)),
             add.fixed.eq(post_word(post, "eltwise_const", 2)),
             add.out_signed.eq(stage_signed(post, "eltwise")),
-            scale.enable.eq(instr.eltwise == Eltwise.CHANNEL_SCALE),
+            scale.enable.eq(eltwise_multiplies(instr.eltwise)),
+            scale.per_pixel.eq(instr.eltwise == Eltwise.MUL),
             scale.in_h.eq(conv_h), scale.in_w.eq(conv_w), scale.blocks.eq(ob_count),
             scale.a_signed.eq(t1_signed), scale.a_zp.eq(t1_zp),
             scale.b_signed.eq(instr.sc_signed), scale.b_zp.eq(sc_zp),

@@ -8,7 +8,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from sfnpu import isa
-from sfnpu.isa import Eltwise, MemSpace
+from sfnpu.isa import Eltwise, MemSpace, eltwise_reads_map
 
 from ..act_table import ActivationTable
 from ..dma import Direction
@@ -219,8 +219,8 @@ class InputReader(wiring.Component):
 
 
 class ShortcutReader(wiring.Component):
-    """The shortcut stream into the post chain's element-wise stage. ADD: the residual tensor
-    (conv-output shape) one ``(oy, ob)`` segment of ``conv_w`` words per command, in the
+    """The shortcut stream into the post chain's element-wise stage. ADD and MUL: the other
+    operand, a tensor of the conv output's shape, one ``(oy, ob)`` segment of ``conv_w`` words per command, in the
     result order, each issued when the shortcut FIFO has room for it. CHANNEL_SCALE: the
     C×1×1 vector in one command at the start (the scale unit stores every beat as it comes,
     so it never blocks the DMA). Commands are DMA reads, or local reads when the shortcut is
@@ -275,19 +275,19 @@ class ShortcutReader(wiring.Component):
         sc_done = Signal()
         sc_outstanding = Signal(range(2 * self.words + 1))
         sc_plane = self.sc_plane
-        is_add = instr.eltwise == Eltwise.ADD
+        reads_map = eltwise_reads_map(instr.eltwise)
         sc_local = instr.shortcut.space != MemSpace.DRAM
         sc_first = (Mux(sc_local, 0, self.base) + instr.shortcut.offset
                     + self.ob_base * sc_plane)
-        sc_words = Mux(is_add, conv_w, ob_count)
-        sc_req = self.compute & ~sc_done & (~is_add | (
+        sc_words = Mux(reads_map, conv_w, ob_count)
+        sc_req = self.compute & ~sc_done & (~reads_map | (
             fifo.level + sc_outstanding + conv_w <= self.words))
         grant = _command(m, self, sc_req, sc_local, sc_addr, sc_words, L)
         with m.If(self.start):
             m.d.sync += [sc_oy.eq(0), sc_ob.eq(0), sc_done.eq(instr.eltwise == Eltwise.NONE),
                          sc_addr.eq(sc_first), sc_row_addr.eq(sc_first)]
         with m.Elif(grant):
-            with m.If(~is_add):
+            with m.If(~reads_map):
                 m.d.sync += sc_done.eq(1)
             with m.Elif(sc_ob + 1 < ob_count):
                 m.d.sync += [sc_ob.eq(sc_ob + 1), sc_addr.eq(sc_addr + sc_plane)]
@@ -297,6 +297,7 @@ class ShortcutReader(wiring.Component):
                              sc_row_addr.eq(row)]
                 with m.If(sc_oy + 1 == self.conv_h):
                     m.d.sync += sc_done.eq(1)
-        _fill(m, self, fifo, sc_outstanding, Mux(grant & is_add, conv_w, 0), counted=is_add)
+        _fill(m, self, fifo, sc_outstanding, Mux(grant & reads_map, conv_w, 0),
+              counted=reads_map)
         wiring.connect(m, fifo.r_stream, wiring.flipped(self.o_stream))
         return m

@@ -11,7 +11,8 @@ from amaranth.lib.wiring import In, Out
 
 from sfnpu import image, isa, layout
 from sfnpu.config import MAX_KERNEL, ROW_BUFFER_ROWS, HwConfig
-from sfnpu.isa import Activation, ConvKind, Eltwise, InputTransform, MemSpace, Opcode, Pool, Reuse
+from sfnpu.isa import (Activation, ConvKind, Eltwise, InputTransform, MemSpace, Opcode, Pool,
+                       Reuse, eltwise_reads_map)
 from sfnpu.limits import StoreSizes
 from sfnpu.regmap import ErrorCode
 
@@ -398,7 +399,7 @@ class Sequencer(wiring.Component):
             m.d.sync += [
                 r.weight_steps.eq(g.sets * g.steps),
                 g.block_words.eq(g.ib_count * g.steps),
-                g.sc_plane.eq(Mux(instr.eltwise == Eltwise.ADD,
+                g.sc_plane.eq(Mux(eltwise_reads_map(instr.eltwise),
                                   (g.conv_h * g.conv_w) << log2(L), L)),
                 g.sc_row_bytes.eq(g.conv_w << log2(L)),
                 g.mult_off.eq(g.param_cp << 2),

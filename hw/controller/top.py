@@ -25,7 +25,7 @@ Agents run concurrently until the group's last output word is in DRAM or its buf
   ``for y: for cb``, the row buffer's input order. A segment is requested only when the input
   FIFO has room for all of it, so read data never blocks the DMA (which would deadlock
   against the output path); the shortcut reader works the same way for the residual tensor
-  (ADD) or reads the scale vector once (CHANNEL_SCALE);
+  (ADD) or the other factor (MUL), or reads the scale vector once (CHANNEL_SCALE);
 * weight replay: for every output row, the weight sets of all passes (``for ob: for ib``) from
   the weight store into the double weight-block buffer, with the block's weight zero points.
   A normal convolution whose weights exceed the store (buffer 1) streams them instead: one DMA
@@ -46,8 +46,8 @@ This build implements row reuse with every operand in DRAM; normal and depthwise
 and conv NONE as a 1×1 depthwise pass with unit weights (multiplier 1.0, the input's zero
 point: codes pass unchanged); the per-channel input tables (input transform, in front of the
 row buffer, their output zero point also padding the convolution); the whole post-processing
-chain (activation tables before or after the element-wise stage, ADD and CHANNEL_SCALE with
-the shortcut stream, CLAMP, MAX/AVG/GLOBAL_AVG pooling, 2× upsampling); output-channel offsets
+chain (activation tables before or after the element-wise stage, ADD, CHANNEL_SCALE and MUL
+with the shortcut stream, CLAMP, MAX/AVG/GLOBAL_AVG pooling, 2× upsampling); output-channel offsets
 that are multiples of ``L``; feature-map operands (input, output, shortcut) in DRAM or in one
 of the three on-chip buffers {0, 1, 2} (two read ports and a write port each, word = one pixel
 of one channel block), so the memory optimizer's frame-mode placements run as allocated.

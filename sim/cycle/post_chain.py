@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sfnpu.isa import Activation, Eltwise, Instruction, Pool
+from sfnpu.isa import Activation, Eltwise, Instruction, Pool, eltwise_multiplies
 
 from .avg_pool import AvgPool
 from .output_writer import OutputWriter
@@ -37,7 +37,7 @@ def post_latency(instr: Instruction) -> int:
         depth += ActivationTable.LATENCY
     if instr.eltwise == Eltwise.ADD:
         depth += EltwiseAdd.LATENCY
-    elif instr.eltwise == Eltwise.CHANNEL_SCALE:
+    elif eltwise_multiplies(instr.eltwise):
         depth += ChannelScale.LATENCY
     if instr.pool == Pool.MAX:
         depth += MaxPool.LATENCY
@@ -248,7 +248,9 @@ class PostChain:
         columns = [min(px * self.pool_stride - self.pool_pad + self.pool_size, conv_w) - 1
                    for px in range(plan.pooled_w)]
         if self.shortcut.segments and plan.instr.pool == Pool.NONE:
-            return [[self.shortcut.taken(need * plan.row_results + ob * conv_w + x)
+            # (the chain's latency counts a table in front of the ADD; the take is behind it)
+            behind = self.shortcut.table_before
+            return [[self.shortcut.taken(need * plan.row_results + ob * conv_w + x) - behind
                      for x in columns] for ob in range(obs)]
         return [[last - (obs - 1 - ob) * plan.block_cycles - (conv_w - 1 - x) * plan.pixel_step
                  for x in columns] for ob in range(obs)]

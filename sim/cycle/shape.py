@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sfnpu.config import ROW_BUFFER_ROWS
-from sfnpu.isa import Eltwise, Instruction
+from sfnpu.isa import Eltwise, Instruction, eltwise_reads_map
 from sfnpu.layout import Geometry
 
 __all__ = ["Shape", "ChunkPlan"]
@@ -72,8 +72,17 @@ class ChunkPlan:
         return max(self.s.steps, self.f1)
 
     @property
-    def is_add(self) -> bool:
-        return self.instr.eltwise == Eltwise.ADD
+    def reads_map(self) -> bool:
+        """The element-wise stage reads a tensor of the conv output's shape (ADD, MUL)."""
+        return bool(eltwise_reads_map(self.instr.eltwise))
+
+    @property
+    def eltwise_latency(self) -> int:
+        """Pipeline depth of the element-wise unit the shortcut stream feeds."""
+        from sfnpu.hw.chscale import ChannelScale
+        from sfnpu.hw.eltwise_add import EltwiseAdd
+
+        return EltwiseAdd.LATENCY if self.instr.eltwise == Eltwise.ADD else ChannelScale.LATENCY
 
     @property
     def pooled_h(self) -> int:

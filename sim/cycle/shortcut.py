@@ -46,7 +46,7 @@ class ShortcutReader:
         # chunk's first block
         self.plane, self.pitch = plan.geo.sc_plane, plan.geo.sc_row
         self.address = plan.base + instr.shortcut.offset + plan.ob_base * self.plane
-        self.segments = s.conv_h * plan.obs if plan.is_add else 0
+        self.segments = s.conv_h * plan.obs if plan.reads_map else 0
         self.segment = []       # per segment: its DRAM read, or the local reader's end
         self.local_free = 0     # the on-chip shortcut reader
         self.rows = []          # per conv row: start, last step before a hold, the hold
@@ -58,9 +58,9 @@ class ShortcutReader:
         self.psum_words = model.psum_words
         self.L = L
         # A result reaches the ADD a cycle after the result FIFO, behind a table before it.
-        self.to_add = model.result_latency + 1 + (
-            ActivationTable.LATENCY if instr.act == Activation.TABLE
-            and instr.act_order == ActOrder.BEFORE_ELTWISE else 0)
+        self.table_before = ActivationTable.LATENCY if instr.act == Activation.TABLE \
+            and instr.act_order == ActOrder.BEFORE_ELTWISE else 0
+        self.to_add = model.result_latency + 1 + self.table_before
         self.word_cycles = ceil((L // model.B) * model.beat)      # bus cycles of one word
         self.word_beats = L // model.B
         # The datapath holds while the result FIFO holds hold_level results or more.
@@ -217,6 +217,6 @@ class ShortcutReader:
     def read_bytes(self) -> int:
         if not self.in_dram:
             return 0
-        if self.plan.is_add:
+        if self.plan.reads_map:
             return self.plan.row_results * self.L * self.plan.s.conv_h
         return self.plan.obs * self.L if self.plan.instr.eltwise == Eltwise.CHANNEL_SCALE else 0

@@ -1,5 +1,5 @@
-"""The 2× upsampler (:mod:`sfnpu.hw.upsample`) at the end of the post chain, and an ADD in front
-of it whose pipeline it freezes (:mod:`sfnpu.hw.eltwise_add`)."""
+"""The 2× upsampler (:mod:`sfnpu.hw.upsample`) at the end of the post chain, and an ADD or MUL in
+front of it whose pipeline it freezes (:mod:`sfnpu.hw.eltwise_add`, :mod:`sfnpu.hw.chscale`)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,14 @@ class Upsampler:
     """Each pooled row's first copy leaves as its words arrive, each pixel twice in two cycles
     (the input is taken on the second copy), then the replay, a beat per cycle.
 
-    An ADD feeding the upsampler: its pipeline stops as a whole while its output waits (a
+    An ADD (or MUL) feeding the upsampler: its pipeline stops as a whole while its output waits (a
     clock enable), so a word waiting out a replay holds the words behind it; :attr:`frozen`
     holds the cycles it stood still, in order."""
 
     def __init__(self, plan: ChunkPlan, writer: OutputWriter):
-        from sfnpu.hw.eltwise_add import EltwiseAdd
-
         self.plan, self.writer = plan, writer
-        self.add_latency = EltwiseAdd.LATENCY
-        self.frozen = [] if plan.is_add and plan.instr.pool == Pool.NONE else None
+        self.frozen = [] if plan.reads_map and plan.instr.pool == Pool.NONE else None
+        self.add_latency = plan.eltwise_latency if self.frozen is not None else 0
         self.first_span = 0                 # first frozen span not yet passed
         self.last_accept = 0                # the ADD's last accepted word
 
