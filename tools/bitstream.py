@@ -69,6 +69,7 @@ class EcpBuild:
     utilization: dict[str, tuple[int, int]] = field(default_factory=dict)
     fmax: dict[str, tuple[float, float]] = field(default_factory=dict)   # achieved, target
     critical_path: dict[str, str] = field(default_factory=dict)
+    deepest_paths: list = field(default_factory=list)   # logic_depth.TimedPath, synth only
     bitstream: Path | None = None
 
     @property
@@ -152,7 +153,11 @@ def build_ecp5(out_dir, *, config: HwConfig | None = None, clock_mhz: float | No
     build.seconds["yosys"] = _run("yosys", [env["YOSYS"], "-q", "-l", f"{ECP5_NAME}.rpt",
                                             f"{ECP5_NAME}.ys"], out, env, out / f"{ECP5_NAME}.rpt")
     build.synth_cells = _synth_cells((out / f"{ECP5_NAME}.rpt").read_text())
-    if not synth_only:
+    if synth_only:
+        from .logic_depth import worst_paths
+
+        build.deepest_paths = worst_paths(out / f"{ECP5_NAME}.json", ECP5_NAME)
+    else:
         log("place and route (nextpnr-ecp5)")
         script = (out / f"build_{ECP5_NAME}.sh").read_text()
         nextpnr = _script_command(script, "NEXTPNR_ECP5")
@@ -241,6 +246,13 @@ def ecp5_report(b: EcpBuild) -> str:
                   "| resource | cells |", "| --- | ---: |"]
         for label, key in _SYNTH_ROWS:
             lines.append(f"| {label} | {b.synth_cells.get(key, 0)} |")
+        if b.deepest_paths:
+            from .logic_depth import paths_markdown
+
+            lines += ["", "Deepest register-to-register paths, estimated from the netlist "
+                      "before placement (`sfnpu.tools.logic_depth`: per-cell delays and "
+                      "0.65 ns of routing per net; nextpnr's routed figures are the "
+                      "reference):", "", *paths_markdown(b.deepest_paths)]
     options = "".join(flag for flag, on in ((" --synth-only", b.synth_only),
                                             (" --link-only", not b.with_accelerator)) if on)
     lines += ["", f"Command: `sfnpu bitstream --board ulx3s-85f{options}`"
