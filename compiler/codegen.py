@@ -18,12 +18,13 @@ import numpy as np
 
 from sfnpu import image, isa, layout, numeric
 from sfnpu.config import HwConfig
-from sfnpu.isa import Activation, ActOrder, ConvKind, Eltwise, Instruction, Pool, Reuse
+from sfnpu.isa import (Activation, ActOrder, ConvKind, Eltwise, Instruction, Pool, Reuse,
+                       eltwise_reads_map)
 from sfnpu.limits import overflows, with_held_weights
 
 from . import tiling
 from .groups import Group
-from .ir import Graph, IRError, QType, channel_views
+from .ir import Graph, IRError, QType, channel_views, spatial_views
 
 __all__ = ["Program", "generate", "CodegenError"]
 
@@ -237,8 +238,9 @@ class _Builder:
         reading and writing windows of the whole tensors — with DRAM locations still
         relative, and the parameter-section offsets of their weights and parameter blocks."""
         instr, arrays, weights = self.instruction(group)
+        geometry, at = self.windows(group, instr)
         try:
-            tiles = tiling.plan(instr, arrays, weights, self.config)
+            tiles = tiling.plan(instr, arrays, weights, self.config, geometry)
         except tiling.TileError as e:
             if parts := _taken_apart(group):
                 return [t for part in parts for t in self.tiles(part)]
@@ -248,9 +250,10 @@ class _Builder:
                       "would stop this layer with BUFFER_OVERFLOW")
         out = []
         for t in tiles:
-            part = replace(group, part=t.label, window=(t.input_offset, t.output_offset,
-                                                        t.shortcut_offset)) \
-                if t.count > 1 else group
+            window = (at[0] + t.input_offset, at[1] + t.output_offset,
+                      at[2] + t.shortcut_offset)
+            label = t.label if t.count > 1 else "window" if t.instr.windowed else ""
+            part = replace(group, part=label, window=window) if label else group
             arr = dict(t.arrays)
             if t.instr.windowed:
                 arr["window"] = t.geometry.record()
@@ -262,6 +265,32 @@ class _Builder:
                                                                    **arr))
             out.append((part, t.instr, offsets))
         return out
+
+    def windows(self, group: Group, instr: Instruction
+                ) -> tuple[layout.Geometry | None, tuple[int, int, int]]:
+        """The pitches of the group's operands and the byte offsets of their windows when they
+        are windows of larger tensors — an input or shortcut that is a spatial view, an output
+        that is a stitched tile —; (None, zeros) for dense operands."""
+        g, L = self.graph, self.config.lanes
+        spatial = spatial_views(g)
+        pitches, at = {}, [0, 0, 0]
+
+        def window(tensor, r0, c0, role, k):
+            _, h, w = g.tensors[tensor].shape
+            pitches[f"{role}_row"], pitches[f"{role}_plane"] = w * L, h * w * L
+            at[k] = r0 * w * L + c0 * L
+
+        if group.input in spatial:
+            window(*spatial[group.input], "in", 0)
+        if group.origin is not None:
+            window(group.dest, *group.origin, "out", 1)
+        if group.shortcut in spatial:
+            if not eltwise_reads_map(instr.eltwise):
+                self.fail(group, f"reads the vector {group.shortcut!r} as a spatial window")
+            window(*spatial[group.shortcut], "sc", 2)
+        if not pitches:
+            return None, (0, 0, 0)
+        return replace(layout.Geometry.dense(instr, L), **pitches), tuple(at)
 
     def conv_fields(self, group, node, x_q: QType, y_q: QType, f, arrays) -> np.ndarray:
         w = node.consts["weight"]

@@ -15,7 +15,7 @@ its own.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping
 
 from .ir import Graph, IRError, Node, channel_views
@@ -42,6 +42,8 @@ class Group:
     shortcut: str | None = None      # second operand of add / mul
     dest: str | None = None          # concat destination written at ``channel_offset``
     channel_offset: int = 0
+    #: A stitch destination: the output is its tile at this (row, column) (windowed writes).
+    origin: tuple[int, int] | None = None
     #: A tile of a group too large for the stores (compiler.tiling): its label, and the byte
     #: offsets of its input, output and shortcut windows inside the whole DRAM tensors.
     part: str = ""
@@ -91,8 +93,10 @@ def _same_shape(graph: Graph, names) -> bool:
     return len({graph.tensors[n].shape for n in names}) == 1
 
 
-def fuse(graph: Graph) -> list[Group]:
-    """Group the graph's nodes; raises IRError if a node cannot be placed."""
+def fuse(graph: Graph, share_weights: bool = True) -> list[Group]:
+    """Group the graph's nodes; raises IRError if a node cannot be placed. ``share_weights``:
+    groups applying the same weights run back to back (:func:`shared_weights_back_to_back`);
+    off, the graph's order stays (a restructured network's branches run one after another)."""
     producer_group: dict[str, int] = {name: -1 for name in graph.inputs}
     readers = {name: len(graph.consumers(name)) for name in graph.tensors}
     for name in graph.outputs:
@@ -108,11 +112,11 @@ def fuse(graph: Graph) -> list[Group]:
                 producer_group[n.output] = len(closed) - 1
         current = None
 
-    concats = [n for n in graph.nodes if n.op == "concat"]
+    concats = [n for n in graph.nodes if n.op in ("concat", "stitch")]
     views = channel_views(graph)
     for node in graph.nodes:
-        if node.op in ("concat", "slice"):
-            continue  # resolved after fusion; channel views are read in place
+        if node.op in ("concat", "slice", "crop", "stitch"):
+            continue  # resolved after fusion; views are read in place
         stage = _stage(node, current) if current else None
         # An add, or a product of two maps, may stream either operand; the other one is read
         # as the shortcut (a per-channel vector always is).
@@ -146,27 +150,36 @@ def fuse(graph: Graph) -> list[Group]:
 
     groups = [Group(i, tuple(g.nodes), g.input, g.output, g.shortcut)
               for i, g in enumerate(closed)]
-    return shared_weights_back_to_back(_redirect_concats(graph, groups, concats), views)
+    groups = _redirect_concats(graph, groups, concats)
+    return shared_weights_back_to_back(groups, views) if share_weights else groups
+
+
+def _places(graph: Graph, concat: Node) -> list[tuple[int, tuple[int, int] | None]]:
+    """Where each part of a concat (channel offset) or a stitch (origin) goes."""
+    if concat.op == "stitch":
+        return [(0, tuple(origin)) for origin in concat.attrs["origins"]]
+    sizes = [graph.tensors[part].channels for part in concat.inputs]
+    offsets = concat.attrs.get("offsets") or [sum(sizes[:k]) for k in range(len(sizes))]
+    return [(offset, None) for offset in offsets]
 
 
 def _redirect_concats(graph: Graph, groups: list[Group], concats: list[Node]) -> list[Group]:
-    """Point each concat part's producing group at the destination; copy the rest."""
+    """Point each concat (or stitch) part's producing group at the destination — at the
+    part's channel offset, or its tile's origin —; copy the rest."""
     by_output = {g.output: g for g in groups}
     views = channel_views(graph)
     result = list(groups)
     copies: dict[int, list[Group]] = {}   # insert copies after the group that makes the part
     for concat in concats:
         dest = graph.tensors[concat.output]
-        sizes = [graph.tensors[part].channels for part in concat.inputs]
-        offsets = concat.attrs.get("offsets") or [sum(sizes[:k]) for k in range(len(sizes))]
-        for part, offset in zip(concat.inputs, offsets):
+        for part, (offset, origin) in zip(concat.inputs, _places(graph, concat)):
             t = graph.tensors[part]
             owner = by_output.get(part)
             sole_reader = len(graph.consumers(part)) == 1 and part not in graph.outputs
             if owner is not None and sole_reader and owner.dest is None \
                     and t.qtype == dest.qtype:
-                redirected = Group(owner.index, owner.nodes, owner.input, owner.output,
-                                   owner.shortcut, dest=concat.output, channel_offset=offset)
+                redirected = replace(owner, dest=concat.output, channel_offset=offset,
+                                     origin=origin)
                 result[owner.index] = redirected
                 by_output[part] = redirected
             else:
@@ -174,20 +187,22 @@ def _redirect_concats(graph: Graph, groups: list[Group], concats: list[Node]) ->
                     raise IRError(f"concat {concat.name!r}: part {part!r} is quantised "
                                   f"differently from the result ({t.qtype} vs {dest.qtype}); "
                                   "requantising copies are not supported yet")
-                # After the last group that writes the part (a concat result is written by
-                # several) or the tensor it is a channel view of; graph inputs are ready from
-                # the start.
+                # After the last group or copy that writes the part (a concat result is
+                # written by several; a stitched tile may be one) or the tensor it is a view
+                # of; graph inputs are ready from the start.
                 source = views.get(part, (part,))[0]
-                after = max((r.index for r in result if r.written == source), default=-1)
+                after = max([r.index for r in result if r.written == source]
+                            + [k for k, cs in copies.items() for c in cs if c.written == source],
+                            default=-1)
                 copies.setdefault(after, []).append(
-                    Group(-1, (), part, part, dest=concat.output, channel_offset=offset))
+                    Group(-1, (), part, part, dest=concat.output, channel_offset=offset,
+                          origin=origin))
     # Rebuild the order: every copy right after the group producing its part.
     ordered = copies.get(-1, [])
     for g in result:
         ordered.append(g)
         ordered += copies.get(g.index, [])
-    return [Group(i, g.nodes, g.input, g.output, g.shortcut, g.dest, g.channel_offset)
-            for i, g in enumerate(ordered)]
+    return [replace(g, index=i) for i, g in enumerate(ordered)]
 
 
 def weight_key(conv: Node) -> tuple:
@@ -233,5 +248,4 @@ def shared_weights_back_to_back(groups: list[Group],
         for j in sorted(needed) + batch:
             remaining.remove(j)
             order.append(j)
-    return [Group(i, groups[j].nodes, groups[j].input, groups[j].output, groups[j].shortcut,
-                  groups[j].dest, groups[j].channel_offset) for i, j in enumerate(order)]
+    return [replace(groups[j], index=i) for i, j in enumerate(order)]

@@ -77,8 +77,12 @@ def _freeze(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
 #:   resize       attrs: scale (2)                                   (nearest)
 #:   table        consts: table uint8/int8 (256,) — an exact 8-bit → 8-bit unary op
 #:   channel_table consts: table uint8/int8 (C, 256) — one per channel (BatchNorm in QDQ)
+#:   crop         attrs: origin (r0, c0) — rows [r0, r0 + H_out) and columns [c0, c0 + W_out)
+#:                of the input: a view read in place through windowed addressing
+#:   stitch       n inputs; attrs: origins ((r0, c0), …) — each input is the tile of the
+#:                output at its origin (a spatial concat): tiles are written in place
 OPS = ("conv", "maxpool", "avgpool", "globalavgpool", "add", "mul", "concat", "resize", "table",
-       "channel_table", "slice")
+       "channel_table", "slice", "crop", "stitch")
 
 
 @dataclass(frozen=True)
@@ -256,13 +260,27 @@ def channel_select_conv(name: str, source: str, output: str, channels: int, star
 
 
 def channel_views(graph: Graph) -> dict[str, tuple[str, int]]:
-    """Each ``slice`` output → (the tensor it is a window of, its first channel there),
-    through slices of slices to a tensor that is no view."""
+    """Each view — a ``slice`` output, or a ``crop`` (a spatial window, at channel 0) — → (the
+    tensor it is a window of, its first channel there), through views of views to a tensor
+    that is no view. Every reader of a view reads that tensor in place."""
     views: dict[str, tuple[str, int]] = {}
     for node in graph.nodes:
-        if node.op == "slice":
+        if node.op in ("slice", "crop"):
             source, start = views.get(node.inputs[0], (node.inputs[0], 0))
-            views[node.output] = (source, start + node.attrs["start"])
+            views[node.output] = (source, start + node.attrs.get("start", 0))
+    return views
+
+
+def spatial_views(graph: Graph) -> dict[str, tuple[str, int, int]]:
+    """Each ``crop`` output → (the tensor whose rows and columns it windows, the window's
+    first row and column there), through crops of crops; that tensor may be a channel view,
+    which has its source's rows and columns."""
+    views: dict[str, tuple[str, int, int]] = {}
+    for node in graph.nodes:
+        if node.op == "crop":
+            r0, c0 = node.attrs["origin"]
+            source, sr, sc = views.get(node.inputs[0], (node.inputs[0], 0, 0))
+            views[node.output] = (source, sr + r0, sc + c0)
     return views
 
 

@@ -550,6 +550,18 @@ def _row_operands(instr: Instruction) -> list[tuple[str, Location, tuple[int, in
     return ops
 
 
+def _stored_at(graph: Graph, views: Mapping[str, tuple[str, int]], tensor: str,
+               loc: Location, window: int, lanes: int) -> tuple[str, tuple[MemSpace, int]]:
+    """The tensor an operand location addresses, and where that tensor starts: a tile's
+    window offset and a view's offset in its source taken off."""
+    offset = loc.offset - window
+    if tensor in views:
+        tensor, start = views[tensor]
+        h, w = graph.tensors[tensor].shape[1:]
+        offset -= layout.tensor_bytes(start, h, w, lanes)
+    return tensor, (loc.space, offset)
+
+
 def check_program(graph: Graph, groups: Sequence[Group], instructions: Sequence[Instruction],
                   config: HwConfig, capacity: Sequence[int] | None = None) -> CheckReport:
     """Prove that a placed program never loses data; raise :class:`AllocationError` otherwise.
@@ -574,6 +586,7 @@ def check_program(graph: Graph, groups: Sequence[Group], instructions: Sequence[
     extent = [0, 0, 0]
     on_chip = set()
     lanes = config.lanes
+    views = channel_views(graph)
 
     def fail(i: int, msg: str):
         raise AllocationError(f"group {i} ({groups[i].name}): {msg}")
@@ -608,10 +621,11 @@ def check_program(graph: Graph, groups: Sequence[Group], instructions: Sequence[
                     f"{layout.weight_bytes(instr, config)} B, take several chunks of the "
                     f"{config.buffer_bytes[1]} B weight store), but the allocation reserves no "
                     "staging area: it counted on the store holding the whole weights")
-        reads = [(grp.input, instr.input, "input")]
+        reads = [(grp.input, instr.input, "input", grp.window[0])]
         if grp.shortcut is not None:
-            reads.append((grp.shortcut, instr.shortcut, "shortcut"))
-        for t, loc, role in reads:
+            reads.append((grp.shortcut, instr.shortcut, "shortcut", grp.window[2]))
+        for t, loc, role, window in reads:
+            t, at = _stored_at(graph, views, t, loc, window, lanes)
             if t in graph.inputs and t not in home:
                 if loc.space != MemSpace.DRAM:
                     fail(i, f"{role} {t!r} is a network input and lives in DRAM, not "
@@ -619,10 +633,10 @@ def check_program(graph: Graph, groups: Sequence[Group], instructions: Sequence[
                 continue
             if t not in home:
                 fail(i, f"{role} {t!r} is read before any group writes it")
-            if home[t] != (loc.space, loc.offset):
-                fail(i, f"{role} {t!r} is read from {loc.space.name}+{loc.offset:#x} but was "
+            if home[t] != at:
+                fail(i, f"{role} {t!r} is read from {loc.space.name}+{at[1]:#x} but was "
                         f"written to {home[t][0].name}+{home[t][1]:#x}")
-        bufs = [_buf(loc) for _, loc, _ in reads]
+        bufs = [_buf(loc) for _, loc, _, _ in reads]
         if len(bufs) == 2 and bufs[0] is not None and bufs[0] == bufs[1]:
             fail(i, f"input and shortcut are both read from buffer {bufs[0]} (one read port)")
         if instr.reuse == Reuse.ROW:
@@ -636,8 +650,7 @@ def check_program(graph: Graph, groups: Sequence[Group], instructions: Sequence[
             if res is not None:
                 loc, nbytes = res
                 clobber(i, _buf(loc), loc.offset, loc.offset + nbytes, what)
-        t = grp.written
-        where = (instr.output.space, instr.output.offset)
+        t, where = _stored_at(graph, views, grp.written, instr.output, grp.window[1], lanes)
         if t in home and home[t] != where:
             fail(i, f"writes {t!r} to {where[0].name}+{where[1]:#x}, but it already lives at "
                     f"{home[t][0].name}+{home[t][1]:#x}")

@@ -35,13 +35,13 @@ from dataclasses import dataclass
 from math import prod
 from typing import Mapping, Sequence
 
-from .ir import Graph, IRError, Node
+from .ir import Graph, IRError, Node, Tensor, check
 
 __all__ = [
     "RestructureError", "Region", "Profile", "SliceNode", "Restructured", "SPLITTABLE_OPS",
     "memory_profile", "liveness", "node_ops", "graph_ops", "splittable", "explore", "split",
     "split_blocks", "SplitBlock", "block_order", "hardware_pads",
-    "restructure",
+    "restructure", "one_graph",
 ]
 
 
@@ -606,3 +606,67 @@ def restructure(graph: Graph, alpha: float, n_slices: tuple[int, int],
         sets.append(new)
         best = candidate
     return best
+
+
+# --------------------------------------------------------------------------------------------
+# One program
+# --------------------------------------------------------------------------------------------
+
+def one_graph(r: Restructured) -> Graph:
+    """The restructured network as one IR graph, in the new schedule, for one program.
+
+    Each copy of a branch writes a private map of its region (``t@b``); a copy reads its window
+    of a fork, or of an earlier copy's map computed larger, through a ``crop`` view (read in
+    place: windowed addressing); each join is the ``stitch`` of its branches' tiles, written in
+    place into the join. Copies keep their node's name with ``@b`` appended. Raises
+    :class:`RestructureError` for a copy the accelerator cannot encode (a pool padded
+    unequally, :func:`hardware_pads`)."""
+    graph = r.graph
+    critical = {graph.nodes[k].output for blk in r.blocks for k in blk.critical}
+    tensors = {n: t for n, t in graph.tensors.items()
+               if n not in critical or any(n in blk.joins for blk in r.blocks)}
+    nodes: list[Node] = []
+
+    def window(name: str, have: Region, need: Region) -> str:
+        """``need`` of the map ``name`` that holds ``have`` of its IR tensor."""
+        if need == have:
+            return name
+        crop = f"{name}[{need.r0}:{need.r1},{need.c0}:{need.c1}]"
+        if crop not in tensors:
+            t = tensors[name]
+            tensors[crop] = Tensor(crop, (t.shape[0], *need.hw), t.qtype)
+            nodes.append(Node(f"{crop}.crop", "crop", (name,), crop,
+                              attrs=dict(origin=(need.r0 - have.r0, need.c0 - have.c0))))
+        return crop
+
+    for i in block_order(graph, [frozenset(b.critical) for b in r.blocks]):
+        if i >= 0:
+            nodes.append(graph.nodes[i])
+            continue
+        blk = r.blocks[-1 - i]
+        made: list[dict[str, tuple[str, Region]]] = []
+        for b, copies in enumerate(blk.branches):
+            have = {t: (t, Region.whole(graph.tensors[t].shape)) for t in blk.forks}
+            for sn in copies:
+                ins = tuple(window(*have[t], need) for t, need in zip(sn.node.inputs, sn.inputs))
+                attrs = dict(sn.node.attrs)
+                if sn.pads is not None:
+                    pads = hardware_pads(sn.node, sn.pads)
+                    if sn.node.op in ("maxpool", "avgpool") and len(set(pads)) != 1:
+                        raise RestructureError(
+                            f"branch {b}: the copy of {sn.node.name!r} ({sn.node.op}) pads "
+                            f"{pads}; the accelerator pools with one padding on every side")
+                    attrs["pads"] = pads
+                out = f"{sn.node.output}@{b}"
+                t = graph.tensors[sn.node.output]
+                tensors[out] = Tensor(out, (t.shape[0], *sn.region.hw), t.qtype)
+                nodes.append(sn.node.replace(name=f"{sn.node.name}@{b}", inputs=ins, output=out,
+                                             attrs=attrs))
+                have[sn.node.output] = (out, sn.region)
+            made.append(have)
+        for t in blk.joins:
+            parts = [(window(*made[b][t], tiles[t]), (tiles[t].r0, tiles[t].c0))
+                     for b, tiles in enumerate(blk.tiles) if not tiles[t].empty]
+            nodes.append(Node(f"{t}.stitch", "stitch", tuple(p for p, _ in parts), t,
+                              attrs=dict(origins=tuple(o for _, o in parts))))
+    return check(Graph(tensors, tuple(nodes), graph.inputs, graph.outputs))

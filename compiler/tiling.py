@@ -70,10 +70,10 @@ def _fits(instr: Instruction, config: HwConfig) -> list[str]:
 
 
 def _channel_slice(instr: Instruction, arrays: dict, weights, c0: int, c1: int,
-                   config: HwConfig) -> Tile:
-    """Output channels ``c0 … c1-1`` (block-aligned) of the group."""
+                   config: HwConfig, geometry: layout.Geometry) -> Tile:
+    """Output channels ``c0 … c1-1`` (block-aligned) of the group, whose operands have the
+    pitches ``geometry``."""
     L = config.lanes
-    dense = layout.Geometry.dense(instr, L)
     per_channel = instr.conv != ConvKind.NORMAL      # depthwise / NONE: input channels too
     changes = dict(out_c=c1 - c0, out_c_offset=instr.out_c_offset + c0)
     arr = dict(arrays)
@@ -84,13 +84,13 @@ def _channel_slice(instr: Instruction, arrays: dict, weights, c0: int, c1: int,
     input_offset = 0
     if per_channel:
         changes["in_c"] = c1 - c0
-        input_offset = c0 // L * dense.in_plane
+        input_offset = c0 // L * geometry.in_plane
         if "channel_table" in arr:
             arr["channel_table"] = np.asarray(arr["channel_table"]).reshape(
                 -1, 256 * L)[c0 // L:_ceil_div(c1, L)].reshape(-1)
     shortcut_offset = 0
     if instr.eltwise != Eltwise.NONE:
-        shortcut_offset = c0 // L * dense.sc_plane
+        shortcut_offset = c0 // L * geometry.sc_plane
     return Tile(instr.replace(**changes), arr, w, input_offset=input_offset,
                 shortcut_offset=shortcut_offset)
 
@@ -103,11 +103,12 @@ def _pooled_to_conv(instr: Instruction, p0: int, p1: int, conv_w: int) -> tuple[
     return p0, p1
 
 
-def _strip(whole: Tile, x0: int, x1: int, config: HwConfig, base: Instruction) -> Tile:
-    """Output columns ``x0 … x1-1`` of a (channel-sliced) tile ``whole`` of ``base``."""
+def _strip(whole: Tile, x0: int, x1: int, config: HwConfig, base: Instruction,
+           geometry: layout.Geometry) -> Tile:
+    """Output columns ``x0 … x1-1`` of a (channel-sliced) tile ``whole`` of ``base``, whose
+    operands have the pitches ``geometry``."""
     L = config.lanes
     i = whole.instr
-    dense = layout.Geometry.dense(base, L)
     up = 2 if i.upsample else 1
     p0, p1 = x0 // up, _ceil_div(x1, up)
     conv_w = layout.conv_output_hw(base)[1]
@@ -123,7 +124,7 @@ def _strip(whole: Tile, x0: int, x1: int, config: HwConfig, base: Instruction) -
         input_offset=whole.input_offset + in0 * L,
         output_offset=whole.output_offset + x0 * L,
         shortcut_offset=whole.shortcut_offset + (c0 * L if eltwise_reads_map(i.eltwise) else 0),
-        geometry=dense)
+        geometry=geometry)
 
 
 def _strippable(instr: Instruction) -> str:
@@ -137,22 +138,31 @@ def _strippable(instr: Instruction) -> str:
     return ""
 
 
-def _strips(whole: Tile, n: int, config: HwConfig, base: Instruction) -> list[Tile]:
+def _strips(whole: Tile, n: int, config: HwConfig, base: Instruction,
+            geometry: layout.Geometry) -> list[Tile]:
     """``whole`` in ``n`` strips of about equal output width (even with an upsample)."""
     ow, up = whole.instr.out_w, 2 if whole.instr.upsample else 1
     units = ow // up
     bounds = [round(k * units / n) * up for k in range(n + 1)]
     bounds[-1] = ow
-    return [_strip(whole, a, b, config, base) for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [_strip(whole, a, b, config, base, geometry)
+            for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
-def plan(instr: Instruction, arrays: dict, weights, config: HwConfig) -> list[Tile]:
+def plan(instr: Instruction, arrays: dict, weights, config: HwConfig,
+         geometry: layout.Geometry | None = None) -> list[Tile]:
     """The fewest tiles, each fitting every store of ``config`` — channel slices first, each
     cut into column strips where it must be; one tile (the group itself) when it fits.
+    ``geometry``: the pitches of the group's operands when they are windows of larger tensors
+    themselves (spatial views, stitched tiles); then every tile is windowed.
     Raises :class:`TileError` when no tiling fits."""
-    if not _fits(instr, config):
-        return [Tile(instr, arrays, weights)]
     L = config.lanes
+    dense = layout.Geometry.dense(instr, L)
+    geometry = geometry or dense
+    if geometry != dense:
+        instr = instr.replace(windowed=1)
+    if not _fits(instr, config):
+        return [Tile(instr, arrays, weights, geometry=geometry if instr.windowed else None)]
     blocks = layout.channel_blocks(instr.out_c, L)
     why_not = _strippable(instr)
     best, reasons = None, []
@@ -165,9 +175,11 @@ def plan(instr: Instruction, arrays: dict, weights, config: HwConfig) -> list[Ti
         if best is not None and count > len(best):
             break
         slices = [_channel_slice(instr, arrays, weights, k * per * L,
-                                 min(instr.out_c, (k + 1) * per * L), config)
+                                 min(instr.out_c, (k + 1) * per * L), config, geometry)
                   for k in range(count)]
-        tiles = _fitting_strips(slices, config, instr, why_not, best, reasons)
+        if geometry != dense:
+            slices = [replace(t, geometry=geometry) for t in slices]
+        tiles = _fitting_strips(slices, config, instr, why_not, best, reasons, geometry)
         if tiles is not None and (best is None or cost(tiles) < cost(best)):
             best = tiles
     if best is None:
@@ -176,7 +188,8 @@ def plan(instr: Instruction, arrays: dict, weights, config: HwConfig) -> list[Ti
 
 
 def _fitting_strips(slices: list[Tile], config: HwConfig, base: Instruction, why_not: str,
-                    best: list[Tile] | None, reasons: list[str]) -> list[Tile] | None:
+                    best: list[Tile] | None, reasons: list[str],
+                    geometry: layout.Geometry) -> list[Tile] | None:
     """Each slice whole or in the fewest column strips that fit; None if one does not."""
     tiles = []
     for sl in slices:
@@ -190,7 +203,7 @@ def _fitting_strips(slices: list[Tile], config: HwConfig, base: Instruction, why
         for n in range(2, sl.instr.out_w + 1):
             if best is not None and len(tiles) + n > len(best):
                 return None
-            strips = _strips(sl, n, config, base)
+            strips = _strips(sl, n, config, base, geometry)
             problems = [p for t in strips for p in _fits(t.instr, config)]
             if not problems:
                 tiles += strips

@@ -8,25 +8,28 @@ weights set buffer 1. Splitting the first ``j`` nodes into ``n_h × n_w`` spatia
 (:func:`.restructure.split`) shrinks those maps, so their groups can run in frame mode on tile-sized
 buffers, and the row-mode weights that remain are smaller.
 
-The restructured network runs as a sequence of *pieces*, each an ordinary IR graph compiled by the
-normal pipeline (fusion, code generation) and given its own minimum-SRAM cut-point policy by the
-unmodified optimizer (:func:`.networks.minimum_sram`): each tile's copies of the front (cut
-where a copy reads a window of a map its own piece computed larger, as a residual's identity path
-does), then the rest of the network on the assembled join tensors. Pieces meet in DRAM, so the
-SRAM the whole sequence needs is the largest piece's, and its DRAM traffic the sum of theirs —
-halo rows are read by several tiles and the front's weights once per tile, which constraint (10)
-of the paper forbids; the report shows that price beside the saving.
+The restructured network runs as **one program** (:func:`one_program`,
+:func:`.restructure.one_graph`): every copy of the front is a group of its own; a copy reads its
+window of a fork — or of a map its branch computed larger, as a residual's identity path does —
+in place, and writes its tile straight into the join tensor (windowed instructions: the operands'
+row and channel-block pitches in the parameter block's window record). The branches run one
+after another, so only one branch's own maps are alive at a time; those are ordinary tensors the
+unmodified optimizer (:func:`.networks.minimum_sram`) may keep on chip, while the windowed groups
+run in row reuse with their operands in DRAM. Halo rows are read by several tiles and the front's
+weights once per tile, which constraint (10) of the paper forbids; the report shows that price
+beside the saving.
 
-What the accelerator still lacks to run this as one program (so the numbers are the optimizer's
-own, on compiled pieces, but not yet an executed image): an instruction field to read a row/column
-window of a larger DRAM tensor and to write a tile at a row/column offset (``isa.Location`` has a
-base offset only), and code generation emitting the pieces as one image.
+For comparison the same split also runs as a sequence of *pieces* (:func:`piece_graphs`), each
+an ordinary IR graph with its own minimum-SRAM policy, meeting in DRAM: the SRAM the sequence
+needs is the largest piece's, its DRAM traffic the sum of theirs. Pieces may run a tile's first
+layer in frame reuse, which a windowed group cannot; the one program is what the accelerator
+executes.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Mapping, Sequence
@@ -37,12 +40,13 @@ from sfnpu.compiler.importer import import_model
 from sfnpu.compiler.ir import Graph, Node, Tensor, check
 from sfnpu.compiler.passes import on_lane_blocks, run_passes
 from sfnpu.compiler.restructure import (Region, Restructured, RestructureError, block_order,
-                                        hardware_pads, split, splittable)
+                                        hardware_pads, one_graph, split, splittable)
 from sfnpu.config import HwConfig, get_config
 
 from .networks import minimum_sram, study_model
 
-__all__ = ["Piece", "piece_graphs", "PiecesResult", "evaluate_pieces", "front_split",
+__all__ = ["Piece", "piece_graphs", "PiecesResult", "evaluate_pieces", "one_program",
+           "evaluate_one_program", "front_split",
            "FrontSweep", "sweep_front", "sweep_front_graph", "TABLE_II_SPLIT_STUDIES"]
 
 #: Table II rows the front split is studied on: (builder, input size, VGG-CONV only).
@@ -172,6 +176,25 @@ def _compiled(graph: Graph, config: HwConfig):
     return SimpleNamespace(graph=graph, groups=program.groups, program=program)
 
 
+def one_program(r: Restructured, config: HwConfig) -> SimpleNamespace:
+    """The restructured network compiled as one program (:func:`.restructure.one_graph`):
+    the branches run one after another, their groups reading windows of the forks and writing
+    their tiles of the joins in place (windowed instructions, in DRAM); the copies' own maps
+    are ordinary tensors the optimizer may keep on chip."""
+    graph, _ = on_lane_blocks(one_graph(r), config)
+    program = generate(graph, fuse(graph, share_weights=False), config)
+    return SimpleNamespace(graph=graph, groups=program.groups, program=program)
+
+
+def evaluate_one_program(r: Restructured, config: HwConfig) -> PiecesResult:
+    """:func:`one_program` given its minimum-SRAM policy by the unmodified optimizer."""
+    t0 = time.perf_counter()
+    best = minimum_sram(one_program(r, config)).best
+    return PiecesResult(best.sram, best.traffic.total,
+                        (("program", best.sram, best.traffic.total, best.policy.label),),
+                        time.perf_counter() - t0)
+
+
 def evaluate_pieces(pieces: Sequence[Piece], config: HwConfig) -> PiecesResult:
     """Each piece compiled and given its minimum-SRAM policy by the unmodified optimizer."""
     t0 = time.perf_counter()
@@ -198,9 +221,12 @@ class FrontSweep:
     network: str
     input_size: int
     whole: PiecesResult                       # the unsplit network (Table II as reported)
-    points: list[tuple[int, tuple[int, int], PiecesResult]]   # (upto, n_slices, result)
+    #: (upto, n_slices, the split network as one program); the program is what runs
+    points: list[tuple[int, tuple[int, int], PiecesResult]]
     node_names: tuple[str, ...]
     seconds: float
+    #: The same splits run as pieces, each optimized on its own (meeting in DRAM), by point.
+    pieces: list[PiecesResult] = field(default_factory=list)
 
     def best(self) -> tuple[int, tuple[int, int], PiecesResult]:
         return min(self.points, key=lambda p: (p[2].sram, p[2].traffic))
@@ -244,12 +270,13 @@ def sweep_front_graph(graph: Graph, network: str, input_size: int,
     ends = _front_ends(graph)
     task = None if progress is None else progress.add_task(
         f"{network}@{input_size}: SRAM with split fronts", total=len(ends) * len(slices))
-    points = []
+    points, pieces = [], []
     for upto in ends:
         for n in slices:
             r = front_split(graph, upto, n)
-            points.append((upto, n, evaluate_pieces(piece_graphs(r), config)))
+            points.append((upto, n, evaluate_one_program(r, config)))
+            pieces.append(evaluate_pieces(piece_graphs(r), config))
             if progress is not None:
                 progress.advance(task)
     return FrontSweep(network, input_size, whole, points,
-                      tuple(n.name for n in graph.nodes), time.perf_counter() - t0)
+                      tuple(n.name for n in graph.nodes), time.perf_counter() - t0, pieces)

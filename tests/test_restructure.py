@@ -250,3 +250,151 @@ def test_paper_mode_pools_with_one_sided_padding_are_still_exact(tmp_path):
     assert check_on_golden(r).identical
     assert not check_on_golden(rs.split(graph, range(len(graph.nodes)), (2, 2),
                                         halo_error=1)).identical
+
+
+# One program: windows read and tiles written in place
+# --------------------------------------------------------------------------------------------
+
+def _one_program_outputs(r, config, x, policy=None):
+    from sfnpu.sim.golden import GoldenModel
+    from sfnpu.studies.restructuring_sram import one_program
+    compiled = one_program(r, config)
+    program = compiled.program if policy is None else _with_policy(compiled, policy)
+    blob = program.pack([x[t] for t in program.inputs])
+    return compiled, blob, dict(zip(program.outputs, GoldenModel(config).outputs(blob)))
+
+
+def _with_policy(compiled, reuse):
+    from sfnpu.compiler.blocks import detect_blocks
+    from sfnpu.compiler.memory import Policy, apply_policy
+    blocks = detect_blocks(compiled.graph, compiled.groups)
+    return apply_policy(compiled, Policy.uniform(blocks, reuse), blocks)
+
+
+@pytest.mark.parametrize("upto_from_end,n_slices", [(1, (2, 2)), (2, (3, 2)), (3, (2, 2)),
+                                                    (4, (1, 3)), (5, (2, 2))])
+def test_one_program_runs_the_network_bit_exact(mixed, upto_from_end, n_slices):
+    """The split front as one program: every copy a group of its own, every window of a fork
+    read in place and every tile written into its join (windowed instructions) — the network's
+    output equals the unsplit program's; a wrong halo changes it."""
+    from sfnpu.config import get_config
+    from sfnpu.studies.restructuring_check import run_program
+    from sfnpu.studies.restructuring_sram import _front_ends, front_split
+    cfg = get_config("tiny")
+    upto = _front_ends(mixed)[-upto_from_end]
+    r = front_split(mixed, upto, n_slices)
+    x = _random_inputs(mixed)
+    want = run_program(mixed, x)
+    compiled, _, got = _one_program_outputs(r, cfg, x)
+    assert all((want[t] == got[t]).all() for t in mixed.outputs)
+    ops = [n.op for n in compiled.graph.nodes]
+    assert ops.count("stitch") == len(r.blocks[0].joins)
+    branches = n_slices[0] * n_slices[1]
+    assert sum(n.op == "conv" and n.name.endswith("@0") for n in compiled.graph.nodes) == \
+        sum(mixed.nodes[k].op == "conv" for k in range(upto + 1))
+    windowed = [g for g, i in zip(compiled.groups, compiled.program.instructions) if i.windowed]
+    assert len(windowed) >= branches and all(g.part for g in windowed)
+    bad = rs.split(mixed, range(upto + 1), n_slices, halo_error=1)
+    if branches > 1 and any(mixed.nodes[k].op == "conv" for k in range(upto + 1)):
+        _, _, got = _one_program_outputs(bad, cfg, x)
+        assert not all((want[t] == got[t]).all() for t in mixed.outputs)
+
+
+def test_one_program_graph_names_its_views(mixed):
+    from sfnpu.compiler.ir import spatial_views
+    from sfnpu.studies.restructuring_sram import front_split
+    add = next(k for k, n in enumerate(mixed.nodes) if n.op == "add")
+    g = rs.one_graph(front_split(mixed, add, (2, 2)))
+    views = spatial_views(g)
+    # each branch reads its window of the input, and its add the identity map's window of
+    # the first copy's larger map
+    assert sum(source == mixed.inputs[0] for source, _, _ in views.values()) == 4
+    assert sum(source.endswith("@1") for source, _, _ in views.values()) == 1
+    stitch = next(n for n in g.nodes if n.op == "stitch")
+    assert sorted(stitch.attrs["origins"]) == [(0, 0), (0, 12), (10, 0), (10, 12)]
+
+
+@pytest.fixture(scope="module")
+def harness_tiny():
+    from test_system import system_harness
+    return system_harness("tiny")
+
+
+@pytest.mark.parametrize("reuse", ["ROW", "FRAME"])
+def test_one_program_on_the_rtl(mixed, harness_tiny, reuse):
+    """The split front of ``mixed`` (residual, pool, upsample, concat in every branch) on the
+    tiny RTL: DRAM identical to the golden model's, every group's cycles the cycle model's —
+    with every map in DRAM, and with the copies' own maps on chip where frame reuse puts
+    them."""
+    from sfnpu.isa import Reuse
+    from sfnpu.studies.restructuring_check import run_program
+    from sfnpu.studies.restructuring_sram import _front_ends, front_split
+    from sfnpu.tb.system import Scoreboard
+    r = front_split(mixed, _front_ends(mixed)[-2], (2, 2))
+    x = _random_inputs(mixed)
+    _, blob, got = _one_program_outputs(r, harness_tiny.config, x, Reuse[reuse])
+    want = run_program(mixed, x)
+    assert all((want[t] == got[t]).all() for t in mixed.outputs)
+    problems = Scoreboard(harness_tiny.config).problems(blob, harness_tiny.run(blob))
+    assert not problems, problems
+
+
+def _paper_front(tmp_path, network, size, last):
+    """The builder network's first layers, up to the tensor ``last``, as IR."""
+    import onnx
+    from sfnpu.models import builders
+    model = onnx.shape_inference.infer_shapes(builders.build(network, size))
+    model = onnx.utils.Extractor(model).extract_model(["input"], [last])
+    path = tmp_path / f"{network}_{size}.qdq.onnx"
+    quantize_model(model, path, CalibrationSource.synthetic(1))
+    graph, _ = run_passes(import_model(path).graph)
+    return graph
+
+
+@pytest.mark.parametrize("network,size,last", [("vgg16", 32, "features.9"),
+                                               ("yolov2", 64, "layer7.maxpool")])
+def test_paper_front_as_one_program_on_the_rtl(tmp_path, harness_tiny, network, size, last):
+    """VGG-16's and YOLOv2's first blocks split into 2×2 tiles up to the last layer before
+    the pool, as one program on the tiny RTL: bit-exact with the unsplit network and with the
+    golden model, cycle-exact with the cycle model."""
+    from sfnpu.studies.restructuring_check import run_program
+    from sfnpu.studies.restructuring_sram import _front_ends, front_split
+    from sfnpu.tb.system import Scoreboard
+    graph = _paper_front(tmp_path, network, size, last)
+    r = front_split(graph, _front_ends(graph)[-2], (2, 2))
+    x = _random_inputs(graph)
+    compiled, blob, got = _one_program_outputs(r, harness_tiny.config, x)
+    want = run_program(graph, x)
+    assert all((want[t] == got[t]).all() for t in graph.outputs)
+    assert sum(i.windowed for i in compiled.program.instructions) >= 8
+    problems = Scoreboard(harness_tiny.config).problems(
+        blob, harness_tiny.run(blob, max_cycles=5_000_000))
+    assert not problems, problems
+
+
+@pytest.mark.skipif(not REGRESS, reason="paper-size fronts run in `make regress`")
+@pytest.mark.parametrize("network,size,conv_only,configs", [
+    ("vgg16", 224, True, ("ecp5", "kcu1500")),
+    # YOLOv2's 3×3 convolutions over 1024 channels need input-channel splits on ecp5
+    ("yolov2", 416, False, ("kcu1500",))])
+def test_paper_size_fronts_compile_and_run_as_one_program(tmp_path, network, size, conv_only,
+                                                          configs):
+    """Table II's networks at the paper's sizes, the front split 2×2 (tiled further where a
+    tile still exceeds a store): one program for tiny and ``configs``, identical on the golden
+    model to the unsplit network."""
+    from sfnpu.config import get_config
+    from sfnpu.studies.networks import study_model
+    from sfnpu.studies.restructuring_check import run_program
+    from sfnpu.studies.restructuring_sram import _front_ends, front_split, one_program
+    path = study_model(SimpleNamespace(network=network, input_size=size, conv_only=conv_only),
+                       tmp_path)
+    graph, _ = run_passes(import_model(path).graph)
+    ends = _front_ends(graph)
+    r = front_split(graph, ends[len(ends) // 2], (2, 2))
+    for name in configs:
+        assert one_program(r, get_config(name)).program.instructions
+    x = _random_inputs(graph)
+    cfg = get_config("tiny")
+    _, _, got = _one_program_outputs(r, cfg, x)
+    want = run_program(graph, x, cfg)
+    assert all((want[t] == got[t]).all() for t in graph.outputs)
