@@ -657,14 +657,18 @@ def one_graph(r: Restructured) -> Graph:
                             f"branch {b}: the copy of {sn.node.name!r} ({sn.node.op}) pads "
                             f"{pads}; the accelerator pools with one padding on every side")
                     attrs["pads"] = pads
-                out = f"{sn.node.output}@{b}"
                 t = graph.tensors[sn.node.output]
+                # one branch over the whole map: the copy is the node (no window, no stitch)
+                whole = len(blk.branches) == 1 and sn.region == Region.whole(t.shape)
+                out = sn.node.output if whole else f"{sn.node.output}@{b}"
                 tensors[out] = Tensor(out, (t.shape[0], *sn.region.hw), t.qtype)
                 nodes.append(sn.node.replace(name=f"{sn.node.name}@{b}", inputs=ins, output=out,
                                              attrs=attrs))
                 have[sn.node.output] = (out, sn.region)
             made.append(have)
         for t in blk.joins:
+            if made[0][t][0] == t:
+                continue                            # written whole by its only copy
             parts = [(window(*made[b][t], tiles[t]), (tiles[t].r0, tiles[t].c0))
                      for b, tiles in enumerate(blk.tiles) if not tiles[t].empty]
             nodes.append(Node(f"{t}.stitch", "stitch", tuple(p for p, _ in parts), t,

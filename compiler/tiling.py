@@ -31,7 +31,7 @@ import numpy as np
 from sfnpu import layout
 from sfnpu.config import HwConfig
 from sfnpu.isa import ConvKind, Eltwise, Instruction, Pool, eltwise_reads_map
-from sfnpu.limits import overflows
+from sfnpu.limits import StoreSizes, overflows
 
 __all__ = ["Tile", "TileError", "plan"]
 
@@ -183,8 +183,87 @@ def plan(instr: Instruction, arrays: dict, weights, config: HwConfig,
         if tiles is not None and (best is None or cost(tiles) < cost(best)):
             best = tiles
     if best is None:
+        best = _input_splits(instr, arrays, weights, config, geometry, reasons)
+    if best is None:
         raise TileError(reasons[-1] if reasons else "no tiling fits")
     return [replace(t, index=k, count=len(best)) for k, t in enumerate(best)]
+
+
+def _input_channels(tile: Tile, k0: int, k1: int, first: bool, last: bool, L: int,
+                    geometry: layout.Geometry) -> Tile:
+    """Input channels ``k0 … k1-1`` (block-aligned) of a one-row tile: their weights, their
+    input tables and their channel blocks of the input; partial sums carried to and from the
+    neighbouring shares."""
+    i = tile.instr
+    arr = dict(tile.arrays)
+    if "channel_table" in arr:
+        arr["channel_table"] = np.asarray(arr["channel_table"]).reshape(
+            -1, 256 * L)[k0 // L:_ceil_div(k1, L)].reshape(-1)
+    return replace(tile, instr=i.replace(in_c=k1 - k0, psum_keep=int(not first),
+                                         psum_hold=int(not last)),
+                   arrays=arr, weights=tile.weights[:, k0:k1],
+                   input_offset=tile.input_offset + k0 // L * geometry.in_plane)
+
+
+def _output_row(tile: Tile, oy: int, geometry: layout.Geometry) -> Tile:
+    """Conv output row ``oy`` of a (channel-sliced) tile: the input rows its window reads,
+    padded only at the tensor's own edges."""
+    i = tile.instr
+    first = oy * i.sh - i.pad_top
+    last = first + i.kh
+    in0, in1 = max(0, first), min(i.in_h, last)
+    sc = oy * geometry.sc_row if eltwise_reads_map(i.eltwise) else 0
+    return replace(tile, instr=i.replace(in_h=in1 - in0, out_h=1, windowed=1,
+                                         pad_top=in0 - first, pad_bottom=last - in1),
+                   input_offset=tile.input_offset + in0 * geometry.in_row,
+                   output_offset=tile.output_offset + oy * geometry.out_row,
+                   shortcut_offset=tile.shortcut_offset + sc, geometry=geometry)
+
+
+def _input_splits(instr: Instruction, arrays: dict, weights, config: HwConfig,
+                  geometry: layout.Geometry, reasons: list[str]) -> list[Tile] | None:
+    """A normal convolution whose input rows exceed the row buffer even one output column at
+    a time: each output row in its own instructions, one per share of the input channels,
+    the partial sums carried from share to share in the partial-sum buffer (``psum_hold``,
+    ``psum_keep``) — output-channel slices first where the carried sums or the parameter
+    stores need them. The shares before the last write their row's codes too; the last one
+    overwrites them. None (with the reason) where this does not fit either."""
+    if instr.conv != ConvKind.NORMAL or instr.pool != Pool.NONE or instr.upsample:
+        return None
+    L = config.lanes
+    conv_h, conv_w = layout.conv_output_hw(instr)
+    out_blocks, in_blocks = _ceil_div(instr.out_c, L), _ceil_div(instr.in_c, L)
+    z = StoreSizes.of(config)
+    # carried sums: blocks × conv width words of the partial-sum buffer
+    most = min(out_blocks, z.psum_words // conv_w, z.max_channels // L)
+    for per in range(most, 0, -1):
+        c_slices = [(k * per * L, min(instr.out_c, (k + 1) * per * L))
+                    for k in range(_ceil_div(out_blocks, per))]
+        probe = _output_row(_channel_slice(instr, arrays, weights, *c_slices[0], config,
+                                           geometry), 0, geometry)
+        for shares in range(2, in_blocks + 1):
+            size = _ceil_div(in_blocks, shares) * L
+            bounds = [(k, min(instr.in_c, k + size)) for k in range(0, instr.in_c, size)]
+            share = _input_channels(probe, *bounds[0], False, False, L, geometry)
+            problems = _fits(share.instr, config)
+            if not problems:
+                break
+        else:
+            reasons.append(f"{'; '.join(problems)} even with the input channels split "
+                           f"{in_blocks} ways")
+            continue
+        tiles = []
+        for c0, c1 in c_slices:
+            sliced = _channel_slice(instr, arrays, weights, c0, c1, config, geometry)
+            for oy in range(conv_h):
+                row = _output_row(sliced, oy, geometry)
+                tiles += [_input_channels(row, k0, k1, k == 0, k == len(bounds) - 1, L,
+                                          geometry) for k, (k0, k1) in enumerate(bounds)]
+        if all(not _fits(t.instr, config) for t in tiles):
+            return tiles
+        reasons.append(f"{'; '.join(p for t in tiles for p in _fits(t.instr, config))} "
+                       "with the input channels split")
+    return None
 
 
 def _fitting_strips(slices: list[Tile], config: HwConfig, base: Instruction, why_not: str,

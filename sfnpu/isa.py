@@ -163,7 +163,8 @@ class InstructionLayout(data.Struct):
     pool_pad: 2
     pool_count_pad: 1
     double_buffer: 1
-    reserved_w1: 2
+    psum_keep: 1
+    psum_hold: 1
     # word 2: input shape and zero point
     in_h: 12
     in_w: 12
@@ -223,6 +224,13 @@ FIELD_DOCS = {
     "double_buffer": "1: frame reuse takes the weights in output-channel chunks of at most half "
                      "the weight store and loads each next chunk while the current one computes "
                      "(a group whose weights the store holds whole has one chunk)",
+    "psum_keep": "1: the convolution's sums start from the partial sums the previous group "
+                 "left in the partial-sum buffer (psum_hold) instead of zero: the next share "
+                 "of an input-channel split",
+    "psum_hold": "1: the convolution's sums (without bias) also stay in the partial-sum buffer "
+                 "for the next group (psum_keep); its codes are written as usual and the next "
+                 "group overwrites them. Both need a normal convolution in row reuse computing "
+                 "one output row (out_c / To · conv width ≤ the buffer's words)",
     "kh": "kernel height 1..7",
     "kw": "kernel width 1..7",
     "sh": "vertical stride 1..2",
@@ -546,6 +554,14 @@ def validate(instr: Instruction) -> None:
     if i.conv != ConvKind.NORMAL:
         _require(i.in_c == i.out_c, "out_c", i.out_c,
                  f"{i.conv.name} convolution keeps the channel count (in_c={i.in_c})")
+    if i.psum_keep or i.psum_hold:
+        field = "psum_keep" if i.psum_keep else "psum_hold"
+        _require(i.conv == ConvKind.NORMAL, field, 1, "partial sums carry a normal convolution")
+        _require(i.reuse == Reuse.ROW, "reuse", i.reuse,
+                 "a group carrying partial sums runs in row reuse")
+        conv_h = (i.in_h + i.pad_top + i.pad_bottom - i.kh) // max(1, i.sh) + 1
+        _require(conv_h == 1, field, 1, "a group carrying partial sums computes one output "
+                 f"row (this one {conv_h})")
 
     # Pooling.
     if i.pool in (Pool.MAX, Pool.AVG):

@@ -339,6 +339,10 @@ def overflows(instr: Instruction, config: HwConfig, *, buffers: bool = True) -> 
     check(s.conv_w > z.psum_words,
           f"a conv output row of {s.conv_w} pixels exceeds the partial-sum buffer's "
           f"{z.psum_words} (psum_buffer_bytes {config.psum_buffer_bytes})")
+    check((instr.psum_keep or instr.psum_hold) and s.out_blocks * s.conv_w > z.psum_words,
+          f"partial sums of a row of {s.conv_w} pixels × {s.out_blocks} channel blocks "
+          f"carried to the next group exceed the partial-sum buffer's {z.psum_words} words "
+          f"(psum_buffer_bytes {config.psum_buffer_bytes})")
     if s.row_words <= z.row_words:
         check(instr.kh > s.places * ROW_BUFFER_ROWS,
               f"a {instr.kh}-row kernel needs {instr.kh} input rows on chip; rows of "

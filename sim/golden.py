@@ -36,6 +36,8 @@ class GoldenModel:
 
     def __init__(self, config: HwConfig):
         self.config = config
+        #: Partial sums a psum_hold group left for the next group (:meth:`_carry`).
+        self._held: np.ndarray | None = None
 
     # -- memory helpers (layouts from sfnpu.layout only) ---------------------------------------
 
@@ -97,10 +99,14 @@ class GoldenModel:
             w = layout.unpack_weights(bytes(mem.dram[i.weights.offset:i.weights.offset + wbytes]),
                                       i, cfg)
             n = i.out_c
-            acc = numeric.conv_accumulate(
-                x, cur_zp, w, params["weight_zp"][:n], params["bias"][:n], (i.sh, i.sw),
+            sums = numeric.conv_accumulate(
+                x, cur_zp, w, params["weight_zp"][:n], None, (i.sh, i.sw),
                 (i.pad_top, i.pad_left, i.pad_bottom, i.pad_right),
                 depthwise=i.conv == ConvKind.DEPTHWISE)
+            sums = self._carry(sums, i, index)
+            acc = sums.astype(np.int64) + params["bias"][:n].astype(np.int64)[:, None, None]
+            if acc.size and (acc.min() < -2**31 or acc.max() >= 2**31):
+                raise OverflowError(f"group {index}: convolution accumulator exceeds int32")
             cur_zp, cur_signed, (lo, hi) = qout("conv")
             y = numeric.requantize(acc, params["multiplier"][:n], cur_zp, lo, hi)
         else:
@@ -164,12 +170,30 @@ class GoldenModel:
                               f"{(i.out_c, i.out_h, i.out_w)}")
         self._write(mem, i.output, y, i.out_c_offset, geo.out_row, geo.out_plane)
 
+    def _carry(self, sums: np.ndarray, i: isa.Instruction, index: int) -> np.ndarray:
+        """The partial-sum buffer between groups of an input-channel split: ``psum_keep``
+        adds what the previous group held (it must be a ``psum_hold`` group of the same output
+        channels and width); ``psum_hold`` holds the sums (without bias) for the next group.
+        Any other group's convolution overwrites the buffer."""
+        held, self._held = self._held, None
+        if i.psum_keep:
+            if held is None or held.shape != sums.shape:
+                raise GoldenError(
+                    f"group {index}: psum_keep, but the previous group held "
+                    f"{'no partial sums' if held is None else f'sums of shape {held.shape}'} "
+                    f"for these {sums.shape}")
+            sums = sums + held
+        if i.psum_hold:
+            self._held = sums
+        return sums
+
     # -- whole programs ---------------------------------------------------------------------
 
     def run(self, blob: bytes) -> image.Image:
         """Execute an image; returns it with DRAM as the accelerator leaves it."""
         img = image.unpack(blob, self.config)
         mem = _Memories(img.dram, tuple(bytearray(n) for n in self.config.buffer_bytes))
+        self._held = None
         for index, instr in enumerate(img.program):
             self._group(mem, instr, index)
         return img

@@ -11,7 +11,7 @@ the paper — is :mod:`.shortcut_fusion` (``sfnpu report``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, Sequence
 
 import onnx
 
@@ -59,7 +59,9 @@ def study_model(ref: _Network, workdir: Path) -> Path:
 
 
 def minimum_sram(compiled: Compiled, blocks: Blocks | None = None,
-                 progress: Progress | None = None) -> SearchResult:
-    """The policy with the least SRAM (eq. 6) meeting constraint (10), buffers unlimited."""
+                 progress: Progress | None = None,
+                 segments: Sequence[int] | None = None) -> SearchResult:
+    """The policy with the least SRAM (eq. 6) meeting constraint (10), buffers unlimited;
+    ``segments``: as :func:`~sfnpu.compiler.cutpoints.search` (default: the network's)."""
     return search(compiled, Budget.unlimited(), objective="sram", blocks=blocks,
-                  progress=progress)
+                  progress=progress, segments=segments)

@@ -396,6 +396,7 @@ def regression_programs(config, tmp_path):
                 yield rotated_buffers(frame_program(compiled), steps)
     for build, widths in STRIPS:
         yield stripped(tmp_path, build, widths, config)[1].program
+    yield compiled_image(tmp_path, *deep_input_net(), config)[0].program   # partial sums
 
 
 def run_and_compare(harness, blob):
@@ -777,7 +778,13 @@ def tiny_harness():
 
 @pytest.mark.parametrize("index, changes, code", [
     (1, {"opcode": 0x5}, ErrorCode.ILLEGAL_OPCODE),
-    (0, {"reserved_w1": 1}, ErrorCode.ILLEGAL_FIELD),
+    # partial sums: a normal convolution in row reuse, one output row, held by the last group
+    (1, {"psum_hold": 1}, ErrorCode.ILLEGAL_FIELD),    # depthwise
+    (0, {"psum_hold": 1}, ErrorCode.ILLEGAL_FIELD),    # 12 output rows
+    (2, {"psum_hold": 1, "reuse": 1, "in_h": 1, "out_h": 1}, ErrorCode.ILLEGAL_FIELD),
+    (2, {"psum_keep": 1, "in_h": 1, "out_h": 1}, ErrorCode.ILLEGAL_FIELD),  # nothing held
+    (2, {"psum_hold": 1, "in_h": 1, "out_h": 1, "out_c": 2048},   # 256 blocks × 6 > 1024
+     ErrorCode.BUFFER_OVERFLOW),
     (2, {"conv": 3}, ErrorCode.ILLEGAL_FIELD),
     (1, {"out_w": 5}, ErrorCode.ILLEGAL_FIELD),
     (2, {"weights.space": 1}, ErrorCode.UNSUPPORTED),  # weights from a buffer: not built
@@ -963,3 +970,39 @@ def test_waves(tmp_path):
     if kind == "vcd":
         assert b" clk $end" in data[:1 << 16] and b"$enddefinitions" in data
         assert data.count(b"\n#") > 2 * result.counters["CYCLES"]     # time steps of the run
+
+
+def deep_input_net():
+    """A 3×3 convolution over 1368 channels (171 blocks): even one output column's three input
+    columns exceed tiny's 512-word row buffer (and ecp5's 256), so it runs row by row in
+    shares of its input channels with the partial sums carried between them — its residual
+    add read as a row window by every share."""
+    net = Net((8, 4, 6), seed=11, name="deep")
+    h = net.op("Relu", [net.conv("x", 8, 1368, 1, pads=[0, 0, 0, 0])])
+    y = net.conv(h, 1368, 16, 3)
+    return net, [net.op("Add", [y, net.conv("x", 8, 16, 1, pads=[0, 0, 0, 0])])]
+
+
+def test_input_channel_split(harness, tmp_path):
+    """Partial sums carried from group to group (psum_hold → psum_keep): the program equals
+    onnxruntime (golden model), the RTL the golden model's DRAM and the cycle model's cycles
+    and bytes in every group; without the carry the output is wrong."""
+    config = harness.config
+    net, outputs = deep_input_net()
+    compiled, blob = compiled_image(tmp_path, net, outputs, config)
+    program = compiled.program.instructions
+    carried = [i for i in program if i.psum_keep or i.psum_hold]
+    assert carried and all(i.windowed and i.reuse == Reuse.ROW for i in carried)
+    shares = sum(1 for i in carried if not i.psum_keep)       # one chain per output row
+    assert shares == 4 and any(i.psum_keep and i.psum_hold for i in carried) == (
+        len(carried) > 2 * shares)
+    x = net.samples(1, seed=0)
+    want = run_onnxruntime(onnx.load(str(tmp_path / f"{net.name}.qdq.onnx")), {"x": x})
+    got = compiled.run({"x": x}, GoldenModel(config).outputs)
+    assert all(np.array_equal(want[k], got[k]) for k in want)
+    dropped = dataclasses.replace(compiled.program, instructions=[
+        i.replace(psum_keep=0, psum_hold=0) for i in program])
+    lost = compiled.finish(GoldenModel(config).outputs(
+        dropped.pack(compiled.quantise_inputs({"x": x}))))
+    assert not all(np.array_equal(want[k], lost[k]) for k in want)
+    run_and_compare(harness, blob)

@@ -43,6 +43,11 @@ class Accumulator(wiring.Component):
         the chunk's first output block.
     identity : In(1)
         conv NONE: no bias, multiplier 1.0.
+    psum_keep, psum_hold : In(1)
+        An input-channel split's share (one output row, ``sfnpu.isa``): the first block adds
+        to the sums the previous group held instead of starting from zero; the last block
+        also holds its sums (without bias) for the next group. Both address the buffer by
+        ``(ob, ox)`` — ``ob_count · conv_w`` words — where other groups reuse one row of it.
     out_signed : In(1), zero_point : In(signed(9))
         The codes' type.
     param_addr : Out(range(blocks)), bias, mult : In(32 · lanes)
@@ -60,7 +65,8 @@ class Accumulator(wiring.Component):
             "i_stream": In(stream.Signature(data.ArrayLayout(signed(ACC_BITS), lanes),
                                             always_ready=True)),
             "conv_w": In(12), "ib_count": In(16), "ob_count": In(16), "ob_base": In(16),
-            "identity": In(1), "out_signed": In(1), "zero_point": In(signed(9)),
+            "identity": In(1), "psum_keep": In(1), "psum_hold": In(1),
+            "out_signed": In(1), "zero_point": In(signed(9)),
             "param_addr": Out(range(blocks)),
             "bias": In(32 * lanes), "mult": In(32 * lanes),
             "o_stream": Out(stream.Signature(8 * lanes, always_ready=True)),
@@ -77,22 +83,26 @@ class Accumulator(wiring.Component):
         m.submodules.psum = psum = Memory(shape=32 * To, depth=self.psum_words, init=[])
         psum_w = psum.write_port()
         psum_r = psum.read_port(transparent_for=(psum_w,))
+        carry = self.psum_keep | self.psum_hold
+        r_row = Signal(range(self.psum_words + 1))     # carried sums: this block's first word
+        addr = Signal(range(self.psum_words))
         a_valid = Signal()
         a_first = Signal()
         a_last = Signal()
-        a_ox = Signal(12)
+        a_addr = Signal.like(addr)
         a_acc = Signal(32 * To)
-        m.d.comb += [psum_r.addr.eq(r_ox), psum_r.en.eq(1),
+        m.d.comb += [addr.eq(Mux(carry, r_row + r_ox, r_ox)),
+                     psum_r.addr.eq(addr), psum_r.en.eq(1),
                      self.param_addr.eq(self.ob_base + r_ob)]
         m.d.sync += [
             a_valid.eq(acc_in.valid & ~flush),
-            a_first.eq(r_ib == 0),
+            a_first.eq((r_ib == 0) & ~self.psum_keep),
             a_last.eq(r_ib + 1 == self.ib_count),
-            a_ox.eq(r_ox),
+            a_addr.eq(addr),
             a_acc.eq(acc_in.payload.as_value()),
         ]
         with m.If(flush | self.start):
-            m.d.sync += [r_ox.eq(0), r_ib.eq(0), r_ob.eq(0)]
+            m.d.sync += [r_ox.eq(0), r_ib.eq(0), r_ob.eq(0), r_row.eq(0)]
         with m.Elif(acc_in.valid):
             with m.If(r_ox + 1 < self.conv_w):
                 m.d.sync += r_ox.eq(r_ox + 1)
@@ -101,7 +111,7 @@ class Accumulator(wiring.Component):
                 with m.If(r_ib + 1 < self.ib_count):
                     m.d.sync += r_ib.eq(r_ib + 1)
                 with m.Else():
-                    m.d.sync += r_ib.eq(0)
+                    m.d.sync += [r_ib.eq(0), r_row.eq(r_row + self.conv_w)]
                     with m.If(r_ob + 1 < self.ob_count):
                         m.d.sync += r_ob.eq(r_ob + 1)
                     with m.Else():
@@ -114,9 +124,9 @@ class Accumulator(wiring.Component):
             m.d.comb += s.eq(part + Mux(a_first, 0, prev))
             sums.append(s)
         m.d.comb += [
-            psum_w.addr.eq(a_ox),
+            psum_w.addr.eq(a_addr),
             psum_w.data.eq(Cat(*sums)),
-            psum_w.en.eq(a_valid & ~a_last),
+            psum_w.en.eq(a_valid & (~a_last | self.psum_hold)),
         ]
         # conv NONE: codes pass unchanged (acc = x − x_zp, multiplier 1.0, zero point x_zp).
         lo = Mux(self.out_signed, -128, 0)

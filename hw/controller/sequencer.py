@@ -173,6 +173,8 @@ class Sequencer(wiring.Component):
             # What the weight store holds: the whole weights at this DRAM offset.
             held_valid=Signal(), held_offset=Signal(len(instr.weights.offset)),
             held_depthwise=Signal(),
+            # The last group held its partial sums (psum_hold) for this one (psum_keep).
+            psum_held=Signal(),
             # Restoring division places = ⌊row_words_max / row_words⌋.
             div_rem=Signal(range(2 * self.sizes.row_words + 1)),
             div_bit=Signal(range(self.sizes.row_words.bit_length() + 1)),
@@ -282,7 +284,8 @@ class Sequencer(wiring.Component):
         with m.State("IDLE"):
             with m.If(self.start):
                 m.d.sync += [base.eq(self.image_base), self.pc.eq(0), r.found.eq(0),
-                             r.header_ok.eq(1), r.error_addr.eq(0), r.held_valid.eq(0)]
+                             r.header_ok.eq(1), r.error_addr.eq(0), r.held_valid.eq(0),
+                             r.psum_held.eq(0)]
                 with m.If(self.image_base[:log2(image.SECTION_ALIGN)] != 0):
                     self._fail(m, r, ErrorCode.IMAGE_MISMATCH)
                 with m.Else():
@@ -317,10 +320,10 @@ class Sequencer(wiring.Component):
     # -- decode ------------------------------------------------------------------------------
 
     def _decode_checks(self):
-        """(reserved bits or undefined enum values or bad sizes, unsupported operands)."""
+        """(undefined enum values or bad sizes, unsupported operands). Every bit of the
+        instruction is a field (``sfnpu.isa`` reserves none)."""
         instr, L = self.instr, self.config.lanes
         kh, kw = instr.kh, instr.kw
-        reserved = instr.reserved_w1.any()
 
         def undefined(field, enum_type):
             return field.as_value() > max(k.value for k in enum_type)
@@ -334,7 +337,11 @@ class Sequencer(wiring.Component):
                      | (instr.out_c == 0)
                      | ((instr.conv != ConvKind.NORMAL) & (instr.in_c != instr.out_c))
                      | ((instr.conv == ConvKind.NONE) & instr.weights_held)
-                     | (instr.prefetch & instr.last))
+                     | (instr.prefetch & instr.last)
+                     # partial sums carry a normal convolution in row reuse (one output row:
+                     # checked in DECODE2, where the conv height is known)
+                     | ((instr.psum_keep | instr.psum_hold)
+                        & ((instr.conv != ConvKind.NORMAL) | (instr.reuse != Reuse.ROW))))
         # A windowed group: row reuse, feature-map operands in DRAM (isa.validate).
         on_chip = ((instr.input.space != MemSpace.DRAM) | (instr.output.space != MemSpace.DRAM)
                    | ((instr.eltwise != Eltwise.NONE) & (instr.shortcut.space != MemSpace.DRAM)))
@@ -342,7 +349,7 @@ class Sequencer(wiring.Component):
                        | (instr.params.space != MemSpace.DRAM)
                        | (instr.out_c_offset[:log2(L)] != 0)
                        | (instr.windowed & ((instr.reuse != Reuse.ROW) | on_chip)))
-        return reserved | bad_enum | bad_shape, unsupported
+        return bad_enum | bad_shape, unsupported
 
     def _decode_states(self, m, r):
         cfg, sizes = self.config, self.sizes
@@ -424,7 +431,11 @@ class Sequencer(wiring.Component):
                 (instr.pool_size < 2) | (instr.pool_stride == 0) | (instr.pool_stride > 2)
                 | (instr.pool_pad >= instr.pool_size) | (pooled_h == 0) | (pooled_w == 0))
             rows = sizes.pool_row_pixels
-            with m.If(no_pool | global_pool | odd | window):
+            carry = instr.psum_keep | instr.psum_hold
+            # One product serves the AVG line store and the carried partial sums.
+            conv_row = g.out_blocks * Mux((instr.pool == Pool.AVG) | carry, g.conv_w, 0)
+            with m.If(no_pool | global_pool | odd | window | (carry & (g.conv_h != 1))
+                      | (instr.psum_keep & ~r.psum_held)):
                 self._fail(m, r, ErrorCode.ILLEGAL_FIELD)
             with m.Elif(unsupported):
                 self._fail(m, r, ErrorCode.UNSUPPORTED)
@@ -432,7 +443,8 @@ class Sequencer(wiring.Component):
                         | (g.row_words > sizes.row_words)
                         | (g.out_blocks * Mux(instr.pool == Pool.MAX, pooled_w, 0) > rows)
                         | (g.out_blocks * Mux(instr.upsample, pooled_w, 0) > rows)
-                        | (g.out_blocks * Mux(instr.pool == Pool.AVG, g.conv_w, 0) > rows)
+                        | ((instr.pool == Pool.AVG) & (conv_row > rows))
+                        | (carry & (conv_row > sizes.psum_words))
                         | (g.has_ct & (g.in_blocks > sizes.max_table_channels // L))
                         | (g.conv_w > sizes.psum_words)):
                 self._fail(m, r, ErrorCode.BUFFER_OVERFLOW)
@@ -582,7 +594,8 @@ class Sequencer(wiring.Component):
         with m.State("GROUP_END"):
             m.d.comb += self.group_done.eq(1)
             m.d.sync += [self.pc.eq(self.pc + 1),
-                         self.fetch_addr.eq(self.fetch_addr + INSTRUCTION_BYTES)]
+                         self.fetch_addr.eq(self.fetch_addr + INSTRUCTION_BYTES),
+                         r.psum_held.eq(instr.psum_hold)]
             with m.If(instr.last):
                 m.d.comb += self.done.eq(1)
                 m.next = "IDLE"

@@ -399,6 +399,7 @@ class GroupController(wiring.Component):
             dp.uses.eq(g.conv_w),
             dp.start.eq(seq.start_compute),
             acc.out_signed.eq(conv_signed), acc.zero_point.eq(conv_zp),
+            acc.psum_keep.eq(instr.psum_keep), acc.psum_hold.eq(instr.psum_hold),
             params.rq_addr.eq(acc.param_addr),
             acc.bias.eq(params.bias), acc.mult.eq(params.mult),
             chain.post.eq(params.post),
