@@ -8,7 +8,9 @@ with padding 1 for max), residual adds and 2× upsamples, "twins" (one weight te
 applied twice in a row, which the second group finds in the weight store: ``weights_held``),
 YOLOv8's C2f blocks (a channel Split, a residual conv on the second part, a Concat of
 the parts and its result: parts on or off lane blocks, views or copies) and gates (a Mul of
-two maps of the same shape: ``x · Sigmoid(conv(x))``, or ``conv(x) · x``),
+two maps of the same shape: ``x · Sigmoid(conv(x))``, or ``conv(x) · x``) and deep layers
+(a k×k convolution over 1368 channels, which runs in input-channel shares carrying partial
+sums),
 each run as compiled and in the all-frame
 policy (maps on chip, weights prefetched) — as a plain tuple (:func:`networks`), so a failing example shrinks to a minimal
 network whose tuple goes into :data:`EXAMPLES`, rerun on every test. ``make test`` draws a few
@@ -43,6 +45,7 @@ LAYERS = st.one_of(
     st.tuples(st.just("twin"), st.sampled_from([1, 3])),
     st.tuples(st.just("split"), st.sampled_from([4, 8, "half"])),
     st.tuples(st.just("gate"), st.sampled_from(["sigmoid", "conv"])),
+    st.tuples(st.just("deep"), st.sampled_from([3, 5])),
 )
 
 
@@ -93,6 +96,11 @@ EXAMPLES = [
     # pipeline), one in column strips of rows wider than the row buffer.
     (8, 6, 7, 15, (("conv", (1, 1, 16)), ("gate", "sigmoid"), ("up", None))),
     (8, 5, 180, 16, (("conv", (1, 1, 24)), ("gate", "conv"), ("pool", "max"))),
+    # A k×k convolution over 1368 channels: even one output column's input rows exceed the
+    # row buffer, so each output row runs in input-channel shares carrying partial sums;
+    # one behind a residual add, one with a pool taken apart behind it.
+    (8, 5, 7, 17, (("deep", 3), ("add", None))),
+    (8, 6, 6, 18, (("deep", 5), ("pool", "max"))),
 ]
 #: Specs rerun on ecp5 as well (``make test`` draws on tiny only): a residual add whose input,
 #: shortcut and output all cross ecp5's narrow DRAM bus, so its reads and writes contend; an
@@ -171,6 +179,9 @@ def build(spec):
             y = net.op("Add", [net.conv(parts[1], second, second, 3), parts[1]])
             x = net.op("Concat", [*parts, y], axis=1)
             c += second
+        elif kind == "deep" and min(h, w) >= arg:
+            wide = net.op("Relu", [net.conv(x, c, 1368, 1, pads=[0, 0, 0, 0])])
+            x = net.conv(wide, 1368, c, arg)
         elif kind == "gate":
             gate = net.conv(x, c, c, 1, pads=[0, 0, 0, 0])
             x = net.op("Mul", [x, net.op("Sigmoid", [gate])] if arg == "sigmoid" else [gate, x])
