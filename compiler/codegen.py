@@ -108,8 +108,8 @@ _POOLS = ("maxpool", "avgpool", "globalavgpool")
 
 def _taken_apart(group: Group) -> tuple[Group, Group] | None:
     """A group as two where a stage that no tile can split stops it from being tiled: the
-    input tables before a convolution (a convolution cannot split its input channels; the
-    tables alone can be sliced), or a pool after it (column strips cannot split a global or
+    input tables before a convolution (the tables alone can be sliced, which costs less than
+    running the convolution in input-channel shares), or a pool after it (column strips cannot split a global or
     padded pool; the pool alone can be sliced by channel). None: nothing to take apart. The
     tensor between the two is the graph's own, with its quantisation, so both halves compute
     the same codes; the shortcut goes with the half holding the element-wise stage."""
@@ -117,7 +117,7 @@ def _taken_apart(group: Group) -> tuple[Group, Group] | None:
     pools = [k for k, op in enumerate(ops) if op in _POOLS and k]
     if pools:
         k = pools[0]
-    elif ops[0] == "channel_table" and len(ops) > 1:
+    elif ops and ops[0] == "channel_table" and len(ops) > 1:
         k = 1
     else:
         return None
@@ -127,7 +127,7 @@ def _taken_apart(group: Group) -> tuple[Group, Group] | None:
         return group.shortcut if {"add", "mul"} & set(ops_of_half) else None
 
     return (replace(group, nodes=group.nodes[:k], output=between, dest=None, channel_offset=0,
-                    shortcut=shortcut(ops[:k])),
+                    origin=None, shortcut=shortcut(ops[:k])),
             replace(group, nodes=group.nodes[k:], input=between, shortcut=shortcut(ops[k:])))
 
 
@@ -239,10 +239,13 @@ class _Builder:
         relative, and the parameter-section offsets of their weights and parameter blocks."""
         instr, arrays, weights = self.instruction(group)
         geometry, at = self.windows(group, instr)
+        parts = _taken_apart(group)
         try:
-            tiles = tiling.plan(instr, arrays, weights, self.config, geometry)
+            # Taking the group apart is cheaper than running it in input-channel shares.
+            tiles = tiling.plan(instr, arrays, weights, self.config, geometry,
+                                shares=parts is None)
         except tiling.TileError as e:
-            if parts := _taken_apart(group):
+            if parts:
                 return [t for part in parts for t in self.tiles(part)]
             self.fail(group, f"does not fit the on-chip stores of config {self.config.name!r} "
                       f"(nodes {', '.join(repr(n.name) for n in group.nodes)}): {e}. Use a "

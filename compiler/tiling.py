@@ -150,11 +150,13 @@ def _strips(whole: Tile, n: int, config: HwConfig, base: Instruction,
 
 
 def plan(instr: Instruction, arrays: dict, weights, config: HwConfig,
-         geometry: layout.Geometry | None = None) -> list[Tile]:
+         geometry: layout.Geometry | None = None, shares: bool = True) -> list[Tile]:
     """The fewest tiles, each fitting every store of ``config`` — channel slices first, each
     cut into column strips where it must be; one tile (the group itself) when it fits.
     ``geometry``: the pitches of the group's operands when they are windows of larger tensors
-    themselves (spatial views, stitched tiles); then every tile is windowed.
+    themselves (spatial views, stitched tiles); then every tile is windowed. ``shares``: input-
+    channel shares (one instruction per output row and share) are a last resort; off, the
+    caller tries something cheaper first (taking the group apart).
     Raises :class:`TileError` when no tiling fits."""
     L = config.lanes
     dense = layout.Geometry.dense(instr, L)
@@ -182,7 +184,7 @@ def plan(instr: Instruction, arrays: dict, weights, config: HwConfig,
         tiles = _fitting_strips(slices, config, instr, why_not, best, reasons, geometry)
         if tiles is not None and (best is None or cost(tiles) < cost(best)):
             best = tiles
-    if best is None:
+    if best is None and shares:
         best = _input_splits(instr, arrays, weights, config, geometry, reasons)
     if best is None:
         raise TileError(reasons[-1] if reasons else "no tiling fits")

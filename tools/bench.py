@@ -192,8 +192,9 @@ def _partitioned_bench(workdir: Path, config_names=("kcu1500", "tiny")) -> list[
     return lines + [""]
 
 
-#: Networks of the tiling section: the bundled classifier and a detector (random weights).
-TILING_MODELS = (("pplcnet_orientation", None), ("yolov3", 256))
+#: Networks of the tiling section: the bundled classifier and two detectors (random weights;
+#: YOLOv2's 3×3 convolutions over 1024 channels run in input-channel shares on ``ecp5``).
+TILING_MODELS = (("pplcnet_orientation", None), ("yolov3", 256), ("yolov2", 416))
 
 
 def _roomy(config):
