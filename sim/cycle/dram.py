@@ -94,19 +94,20 @@ class DmaTiming:
         lengths = self.bursts(address, n)
         if len(lengths) <= self.outstanding or all(k == self.max_burst for k in lengths[:-1]):
             return cycles, n                         # the closed form's bursts: no gap
-        beat, O = self.beat, self.outstanding
+        # Beat times in units of 1/q cycle (beat = p/q cycles): integers, exact and fast.
+        p, q, O = self.beat.numerator, self.beat.denominator, self.outstanding
         issued, done = self.issue - 1, []            # last address; bursts' last beats taken
         free = 0                                     # the credit's next beat
         taken = 0
         for j, k in enumerate(lengths):
             aw = issued + 1
             if j >= O:
-                aw = max(aw, ceil(done[j - O]) + self.reissue)
+                aw = max(aw, -(-done[j - O] // q) + self.reissue)
             issued = aw
-            taken = max(aw + self.latency, free) + (k - 1) * beat
-            free = taken + beat
+            taken = max((aw + self.latency) * q, free) + (k - 1) * p
+            free = taken + p
             done.append(taken)
-        return floor(taken) + 1, n
+        return taken // q + 1, n
 
 
 class CommandArbiter:
