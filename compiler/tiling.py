@@ -222,14 +222,43 @@ def _output_row(tile: Tile, oy: int, geometry: layout.Geometry) -> Tile:
                    shortcut_offset=tile.shortcut_offset + sc, geometry=geometry)
 
 
+def _shares(row: Tile, base: Instruction, config: HwConfig, geometry: layout.Geometry,
+            in_blocks: int) -> tuple[int, list[tuple[int, int]]] | str:
+    """(column strips, input-channel bounds) that make every share of a one-row tile ``row``
+    fit: the fewest shares of whole rows, else the fewest shares of one-column strips and
+    then the fewest strips; else why none does."""
+    L = config.lanes
+
+    def bounds(shares):
+        size = _ceil_div(in_blocks, shares) * L
+        return [(k, min(base.in_c, k + size)) for k in range(0, base.in_c, size)]
+
+    def problems(strips, shares):
+        pieces = _strips(row, strips, config, base, geometry) if strips > 1 else [row]
+        return [p for piece in pieces for p in _fits(
+            _input_channels(piece, *bounds(shares)[0], False, False, L, geometry).instr,
+            config)]
+
+    narrowest = row.instr.out_w
+    for strips in (1, narrowest):
+        for shares in range(2, in_blocks + 1):
+            if not problems(strips, shares):
+                fewest = next(n for n in range(1, strips + 1) if not problems(n, shares))
+                return fewest, bounds(shares)
+    why = problems(narrowest, in_blocks)
+    return (f"{'; '.join(dict.fromkeys(why))} even with the input channels split "
+            f"{in_blocks} ways and the rows in one-column strips")
+
+
 def _input_splits(instr: Instruction, arrays: dict, weights, config: HwConfig,
                   geometry: layout.Geometry, reasons: list[str]) -> list[Tile] | None:
     """A normal convolution whose input rows exceed the row buffer even one output column at
     a time: each output row in its own instructions, one per share of the input channels,
     the partial sums carried from share to share in the partial-sum buffer (``psum_hold``,
     ``psum_keep``) — output-channel slices first where the carried sums or the parameter
-    stores need them. The shares before the last write their row's codes too; the last one
-    overwrites them. None (with the reason) where this does not fit either."""
+    stores need them, and column strips of the row where even one block of a row is too
+    wide. The shares before the last write their row's codes too; the last one overwrites
+    them. None (with the reason) where this does not fit either."""
     if instr.conv != ConvKind.NORMAL or instr.pool != Pool.NONE or instr.upsample:
         return None
     L = config.lanes
@@ -241,26 +270,22 @@ def _input_splits(instr: Instruction, arrays: dict, weights, config: HwConfig,
     for per in range(most, 0, -1):
         c_slices = [(k * per * L, min(instr.out_c, (k + 1) * per * L))
                     for k in range(_ceil_div(out_blocks, per))]
-        probe = _output_row(_channel_slice(instr, arrays, weights, *c_slices[0], config,
-                                           geometry), 0, geometry)
-        for shares in range(2, in_blocks + 1):
-            size = _ceil_div(in_blocks, shares) * L
-            bounds = [(k, min(instr.in_c, k + size)) for k in range(0, instr.in_c, size)]
-            share = _input_channels(probe, *bounds[0], False, False, L, geometry)
-            problems = _fits(share.instr, config)
-            if not problems:
-                break
-        else:
-            reasons.append(f"{'; '.join(problems)} even with the input channels split "
-                           f"{in_blocks} ways")
+        row = _output_row(_channel_slice(instr, arrays, weights, *c_slices[0], config,
+                                         geometry), 0, geometry)
+        found = _shares(row, instr, config, geometry, in_blocks)
+        if isinstance(found, str):
+            reasons.append(found)
             continue
+        strips, bounds = found
         tiles = []
         for c0, c1 in c_slices:
             sliced = _channel_slice(instr, arrays, weights, c0, c1, config, geometry)
             for oy in range(conv_h):
                 row = _output_row(sliced, oy, geometry)
-                tiles += [_input_channels(row, k0, k1, k == 0, k == len(bounds) - 1, L,
-                                          geometry) for k, (k0, k1) in enumerate(bounds)]
+                for piece in (_strips(row, strips, config, instr, geometry) if strips > 1
+                              else [row]):
+                    tiles += [_input_channels(piece, k0, k1, k == 0, k == len(bounds) - 1, L,
+                                              geometry) for k, (k0, k1) in enumerate(bounds)]
         if all(not _fits(t.instr, config) for t in tiles):
             return tiles
         reasons.append(f"{'; '.join(p for t in tiles for p in _fits(t.instr, config))} "

@@ -140,6 +140,9 @@ def _wide_layers(n: Net, shape, kind: str) -> list[str]:
     # one output column of a 3×3 conv over 2048 channels needs 3 × 256 words of a row: each
     # output row in shares of the input channels, partial sums carried from share to share
     ((2048, 3, 4), "conv"),
+    # … and where one channel block of a whole row (520 words) exceeds it too, the shares
+    # run in column strips
+    ((1368, 3, 520), "conv"),
 ])
 def test_layer_beyond_the_stores_is_tiled(tmp_path, shape, kind):
     """A layer the accelerator would stop with BUFFER_OVERFLOW runs as tiles that each fit
@@ -151,16 +154,11 @@ def test_layer_beyond_the_stores_is_tiled(tmp_path, shape, kind):
     tiles = [g for g in program.groups if g.part]
     assert tiles, "the layer should not fit the stores untiled"
     assert any(i.windowed for i in program.instructions) == (kind != "depthwise")
-    assert any(i.psum_keep for i in program.instructions) == (shape[0] == 2048)
+    assert any(i.psum_keep for i in program.instructions) == (shape[0] > 1024)
     assert_matches_onnxruntime(path, n)
 
 
 @pytest.mark.parametrize("shape, layers, message", [
-    # one output column of a 3×3 conv over 2048 channels needs 3 × 256 words of a row, and
-    # one channel block of a whole row (600 words) exceeds the row buffer: input-channel
-    # shares run whole rows
-    ((2048, 3, 600), lambda n: [n.conv("x", 2048, 8, 3)],
-     "even with the input channels split"),
     # a padded pool cannot be split in columns (its padding is the same on every side),
     # and one channel block of its rows is wider than the row buffer
     ((8, 6, 600), lambda n: [n.op("MaxPool", [n.conv("x", 8, 8, 3)], kernel_shape=[3, 3],

@@ -25,9 +25,16 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from onnx import helper
 
+import onnx
+
 from netbuild import Net
+from sfnpu.compiler.codegen import CodegenError
 from sfnpu.compiler.importer import ModelError
 from sfnpu.compiler.memory import AllocationError
+from sfnpu.compiler.pipeline import run_onnxruntime
+from sfnpu.config import ROW_BUFFER_ROWS, get_config
+from sfnpu.sim.cycle import CycleModel
+from sfnpu.sim.golden import GoldenModel
 from test_system import compiled_image, frame_program, run_and_compare, system_harness
 
 REGRESS = bool(os.environ.get("SFNPU_REGRESS"))
@@ -232,3 +239,48 @@ def test_example_networks_ecp5(spec, tmp_path):
 @given(spec=networks())
 def test_random_networks(spec, config_name, tmp_path):
     check(spec, config_name, tmp_path, refused=reject)
+
+
+#: ``tiny`` with stores drawn as small as a few of the drawn layers need (row buffer words,
+#: partial-sum words, parameter stores, input-table channels, pooling line stores), so that
+#: the compiler's tiling is drawn with the networks: channel slices, column strips, stages
+#: taken apart and input-channel shares, alone and together.
+SMALL_STORES = st.fixed_dictionaries({
+    "row_words": st.sampled_from([8, 16, 32, 512]),
+    "psum_words": st.sampled_from([16, 64, 1024]),
+    "max_channels": st.sampled_from([8, 16, 2048]),
+    "max_table_channels": st.sampled_from([8, 256]),
+    "pool_row_pixels": st.sampled_from([16, 64, 2048]),
+})
+
+
+def small_stores(stores: dict):
+    tiny = get_config("tiny")
+    L = tiny.lanes
+    return tiny.replace(
+        name="tiny-stores", row_buffer_bytes=stores["row_words"] * L * ROW_BUFFER_ROWS,
+        psum_buffer_bytes=stores["psum_words"] * 4 * tiny.to,
+        max_channels=stores["max_channels"], max_table_channels=stores["max_table_channels"],
+        pool_row_pixels=stores["pool_row_pixels"])
+
+
+@settings(max_examples=200 if REGRESS else 8, deadline=None, derandomize=not REGRESS,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.filter_too_much])
+@given(spec=networks(), stores=SMALL_STORES)
+def test_random_networks_on_small_stores(spec, stores, tmp_path):
+    """Drawn networks on drawn small stores: every tile fits (code generation asserts it),
+    the program equals onnxruntime on the golden model and the cycle model times it. (The
+    RTL runs the tiles on the reference configurations above.)"""
+    config = small_stores(stores)
+    net, outputs = build(spec)
+    try:
+        compiled, blob = compiled_image(tmp_path, net, outputs, config)
+    except (ModelError, CodegenError):
+        reject()                              # no tiling fits: a clear refusal
+    x = net.samples(1)
+    want = run_onnxruntime(onnx.load(str(tmp_path / f"{net.name}.qdq.onnx")), {"x": x})
+    got = compiled.run({"x": x}, GoldenModel(config).outputs)
+    for name in want:
+        assert np.array_equal(want[name], got[name]), name
+    assert CycleModel(config).run(blob).cycles > 0
