@@ -243,8 +243,11 @@ def _shares(row: Tile, base: Instruction, config: HwConfig, geometry: layout.Geo
     for strips in (1, narrowest):
         for shares in range(2, in_blocks + 1):
             if not problems(strips, shares):
-                fewest = next(n for n in range(1, strips + 1) if not problems(n, shares))
-                return fewest, bounds(shares)
+                lo, hi = 0, strips        # narrower strips fit where wider ones do: bisect
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    lo, hi = (lo, mid) if not problems(mid, shares) else (mid, hi)
+                return hi, bounds(shares)
     why = problems(narrowest, in_blocks)
     return (f"{'; '.join(dict.fromkeys(why))} even with the input channels split "
             f"{in_blocks} ways and the rows in one-column strips")
@@ -306,15 +309,31 @@ def _fitting_strips(slices: list[Tile], config: HwConfig, base: Instruction, why
         if why_not:
             reasons.append(f"{'; '.join(problems)}; it cannot run in column strips: {why_not}")
             return None
-        for n in range(2, sl.instr.out_w + 1):
-            if best is not None and len(tiles) + n > len(best):
-                return None
+
+        def strips_of(n):
             strips = _strips(sl, n, config, base, geometry)
-            problems = [p for t in strips for p in _fits(t.instr, config)]
-            if not problems:
-                tiles += strips
+            return strips, [p for t in strips for p in _fits(t.instr, config)]
+
+        # Narrower strips fit where wider ones do: double the count until the strips fit,
+        # then bisect back to the fewest.
+        lo, hi = 1, 2
+        while True:
+            hi = min(hi, sl.instr.out_w)
+            strips, problems = strips_of(hi)
+            if not problems or hi == sl.instr.out_w:
                 break
-        else:
+            lo, hi = hi, 2 * hi
+        if problems:
             reasons.append(f"{'; '.join(problems)} even in one-column strips")
             return None
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            found, problems = strips_of(mid)
+            if problems:
+                lo = mid
+            else:
+                hi, strips = mid, found
+        if best is not None and len(tiles) + hi > len(best):
+            return None
+        tiles += strips
     return tiles
