@@ -109,8 +109,8 @@ _POOLS = ("maxpool", "avgpool", "globalavgpool")
 def _taken_apart(group: Group) -> tuple[Group, Group] | None:
     """A group as two where a stage that no tile can split stops it from being tiled: the
     input tables before a convolution (the tables alone can be sliced, which costs less than
-    running the convolution in input-channel shares), or a pool after it (column strips cannot split a global or
-    padded pool; the pool alone can be sliced by channel). None: nothing to take apart. The
+    running the convolution in input-channel shares), or a pool after it (column strips
+    cannot split a global or padded pool; the pool alone can be sliced by channel). None: nothing to take apart. The
     tensor between the two is the graph's own, with its quantisation, so both halves compute
     the same codes; the shortcut goes with the half holding the element-wise stage."""
     ops = [n.op for n in group.nodes]
@@ -136,6 +136,7 @@ class _Builder:
         self.graph, self.config = graph, config
         self.params = bytearray()
         self.blobs: dict[bytes, int] = {}
+        self.spatial = spatial_views(graph)
 
     def add_params(self, blob: bytes) -> int:
         """The blob's offset in the parameter section; identical blobs (weights shared by
@@ -274,8 +275,7 @@ class _Builder:
         """The pitches of the group's operands and the byte offsets of their windows when they
         are windows of larger tensors — an input or shortcut that is a spatial view, an output
         that is a stitched tile —; (None, zeros) for dense operands."""
-        g, L = self.graph, self.config.lanes
-        spatial = spatial_views(g)
+        g, L, spatial = self.graph, self.config.lanes, self.spatial
         pitches, at = {}, [0, 0, 0]
 
         def window(tensor, r0, c0, role, k):

@@ -92,7 +92,7 @@ def _channel_slice(instr: Instruction, arrays: dict, weights, c0: int, c1: int,
     if instr.eltwise != Eltwise.NONE:
         shortcut_offset = c0 // L * geometry.sc_plane
     return Tile(instr.replace(**changes), arr, w, input_offset=input_offset,
-                shortcut_offset=shortcut_offset)
+                shortcut_offset=shortcut_offset, geometry=geometry if instr.windowed else None)
 
 
 def _pooled_to_conv(instr: Instruction, p0: int, p1: int, conv_w: int) -> tuple[int, int]:
@@ -179,8 +179,6 @@ def plan(instr: Instruction, arrays: dict, weights, config: HwConfig,
         slices = [_channel_slice(instr, arrays, weights, k * per * L,
                                  min(instr.out_c, (k + 1) * per * L), config, geometry)
                   for k in range(count)]
-        if geometry != dense:
-            slices = [replace(t, geometry=geometry) for t in slices]
         tiles = _fitting_strips(slices, config, instr, why_not, best, reasons, geometry)
         if tiles is not None and (best is None or cost(tiles) < cost(best)):
             best = tiles
@@ -243,11 +241,7 @@ def _shares(row: Tile, base: Instruction, config: HwConfig, geometry: layout.Geo
     for strips in (1, narrowest):
         for shares in range(2, in_blocks + 1):
             if not problems(strips, shares):
-                lo, hi = 0, strips        # narrower strips fit where wider ones do: bisect
-                while hi - lo > 1:
-                    mid = (lo + hi) // 2
-                    lo, hi = (lo, mid) if not problems(mid, shares) else (mid, hi)
-                return hi, bounds(shares)
+                return _fewest(lambda n: not problems(n, shares), 0, strips), bounds(shares)
     why = problems(narrowest, in_blocks)
     return (f"{'; '.join(dict.fromkeys(why))} even with the input channels split "
             f"{in_blocks} ways and the rows in one-column strips")
@@ -310,30 +304,29 @@ def _fitting_strips(slices: list[Tile], config: HwConfig, base: Instruction, why
             reasons.append(f"{'; '.join(problems)}; it cannot run in column strips: {why_not}")
             return None
 
-        def strips_of(n):
-            strips = _strips(sl, n, config, base, geometry)
-            return strips, [p for t in strips for p in _fits(t.instr, config)]
 
-        # Narrower strips fit where wider ones do: double the count until the strips fit,
-        # then bisect back to the fewest.
+        def problems_of(n):
+            return [p for t in _strips(sl, n, config, base, geometry)
+                    for p in _fits(t.instr, config)]
+
+        # Double the count until the strips fit, then bisect back to the fewest.
         lo, hi = 1, 2
-        while True:
-            hi = min(hi, sl.instr.out_w)
-            strips, problems = strips_of(hi)
-            if not problems or hi == sl.instr.out_w:
-                break
+        while (problems := problems_of(min(hi, sl.instr.out_w))) and hi < sl.instr.out_w:
             lo, hi = hi, 2 * hi
         if problems:
             reasons.append(f"{'; '.join(problems)} even in one-column strips")
             return None
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            found, problems = strips_of(mid)
-            if problems:
-                lo = mid
-            else:
-                hi, strips = mid, found
-        if best is not None and len(tiles) + hi > len(best):
+        n = _fewest(lambda n: not problems_of(n), lo, min(hi, sl.instr.out_w))
+        if best is not None and len(tiles) + n > len(best):
             return None
-        tiles += strips
+        tiles += _strips(sl, n, config, base, geometry)
     return tiles
+
+
+def _fewest(fits, lo: int, hi: int) -> int:
+    """The least count in ``lo + 1 … hi`` for which ``fits``, where ``lo`` does not fit and
+    ``hi`` does: narrower strips fit where wider ones do, so bisect."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi

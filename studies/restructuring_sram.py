@@ -171,9 +171,9 @@ class PiecesResult:
         return max(self.per_piece, key=lambda x: x[1])[0]
 
 
-def _compiled(graph: Graph, config: HwConfig):
+def _compiled(graph: Graph, config: HwConfig, share_weights: bool = True):
     graph, _ = on_lane_blocks(graph, config)
-    program = generate(graph, fuse(graph), config)
+    program = generate(graph, fuse(graph, share_weights), config)
     return SimpleNamespace(graph=graph, groups=program.groups, program=program)
 
 
@@ -182,9 +182,7 @@ def one_program(r: Restructured, config: HwConfig) -> SimpleNamespace:
     the branches run one after another, their groups reading windows of the forks and writing
     their tiles of the joins in place (windowed instructions, in DRAM); the copies' own maps
     are ordinary tensors the optimizer may keep on chip."""
-    graph, _ = on_lane_blocks(one_graph(r), config)
-    program = generate(graph, fuse(graph, share_weights=False), config)
-    return SimpleNamespace(graph=graph, groups=program.groups, program=program)
+    return _compiled(one_graph(r), config, share_weights=False)
 
 
 def evaluate_one_program(r: Restructured, config: HwConfig) -> PiecesResult:
