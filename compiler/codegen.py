@@ -143,7 +143,7 @@ class _Builder:
         several groups) are stored once."""
         if blob not in self.blobs:
             self.blobs[blob] = len(self.params)
-            self.params += blob + bytes(-len(blob) % layout.PARAM_ALIGN)
+            self.params += blob + bytes(-len(blob) % layout.param_align(self.config))
         return self.blobs[blob]
 
     def fail(self, group: Group, reason: str, node=None):

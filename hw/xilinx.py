@@ -36,26 +36,19 @@ XILINX_BOARDS = {
     "kcu1500": (("xcku115", "flvb2104", "2-e"), "Kintex UltraScale KCU1500 (XCKU115)"),
 }
 
-#: The group controller's widest DRAM bus (bytes): it must not exceed PARAM_ALIGN and must
-#: divide the lane count (see GroupController).
-CONTROLLER_MAX_BUS_BITS = 128
-
-
 def xilinx_config(board: str) -> HwConfig:
-    """The configuration built for ``board``: the paper's ``kcu1500`` parallelism on the
-    KCU1500, half of it on the smaller KCU105, both with the controller's 128-bit DRAM bus
-    (``kcu1500`` itself assumes 512 bits, which the controller does not accept)."""
+    """The configuration built for ``board``: the paper's ``kcu1500`` itself on the KCU1500
+    (Ti = To = 64, 512-bit bus); half of its parallelism on the smaller KCU105, whose bus is
+    one 32-lane word (256 bits: the controller takes a bus that divides the word)."""
     base = get_config("kcu1500")
-    bus = min(base.dram_bus_bits, CONTROLLER_MAX_BUS_BITS)
+    if board != "kcu105":
+        return base
+    KiB, bus = 1024, 256
     peak = bus / 8 * base.clock_mhz / 1000
-    derived = base.replace(name=f"{board}-axi{bus}", dram_bus_bits=bus,
-                           dram_bandwidth_gbps=min(base.dram_bandwidth_gbps, peak))
-    if board == "kcu105":
-        KiB = 1024
-        derived = derived.replace(ti=32, to=32, buffer_bytes=(512 * KiB,) * 3,
-                                  row_buffer_bytes=96 * KiB, psum_buffer_bytes=128 * KiB,
-                                  write_buffer_bytes=16 * KiB, device=None)
-    return derived
+    return base.replace(name="kcu105", ti=32, to=32, dram_bus_bits=bus,
+                        dram_bandwidth_gbps=min(base.dram_bandwidth_gbps, peak),
+                        buffer_bytes=(512 * KiB,) * 3, row_buffer_bytes=96 * KiB,
+                        psum_buffer_bytes=128 * KiB, write_buffer_bytes=16 * KiB, device=None)
 
 
 def _axi_names(prefix: str, signature) -> dict:

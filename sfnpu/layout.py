@@ -10,7 +10,8 @@ channel count. Channels past ``C`` in the last block are padding.
 Weights, normal convolution: ``[O/To][I/Ti][kh][kw][To][Ti]`` — one ``To×Ti`` weight block per
 tap, streamed in order. Depthwise: ``[C/L][kh][kw][L]``. Padding entries are zero.
 
-Parameter block: the sections of :func:`param_sections`, each aligned to :data:`PARAM_ALIGN`.
+Parameter block: the sections of :func:`param_sections`, each aligned to :func:`param_align`
+(a bus beat, and at least :data:`PARAM_ALIGN` bytes), so every section starts a beat.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .isa import Activation, ConvKind, Eltwise, Instruction, InputTransform, Loc
     MemSpace, eltwise_reads_map
 
 __all__ = [
-    "PARAM_ALIGN", "channel_blocks", "tensor_bytes", "pack_tensor", "unpack_tensor",
+    "PARAM_ALIGN", "param_align", "channel_blocks", "tensor_bytes", "pack_tensor", "unpack_tensor",
     "weight_shape", "weight_bytes", "pack_weights", "unpack_weights", "ParamSection",
     "param_sections", "param_bytes", "pack_params", "unpack_params", "pack_channel_tables",
     "unpack_channel_tables", "Access", "accesses",
@@ -33,8 +34,15 @@ __all__ = [
     "window_extent",
 ]
 
-#: Alignment of parameter sections (and of the parameter block itself).
+#: Least alignment of parameter sections (and of the parameter block itself).
 PARAM_ALIGN = 16
+
+
+def param_align(config: HwConfig) -> int:
+    """Alignment of ``config``'s parameter sections and blocks: :data:`PARAM_ALIGN`, or one
+    bus beat when that is wider, so that the controller finds every section at a beat's first
+    byte (a bus is a power of two bytes)."""
+    return max(PARAM_ALIGN, config.dram_bus_bytes)
 
 
 def _align(n: int, a: int) -> int:
@@ -232,17 +240,19 @@ def param_sections(instr: Instruction, config: HwConfig) -> list[ParamSection]:
         wanted += [("act_table", "u1", 256)]
     if instr.windowed:
         wanted += [("window", WINDOW_RECORD, 1)]
-    sections, offset = [], 0
+    sections, offset, align = [], 0, param_align(config)
     for name, dtype, count in wanted:
         section = ParamSection(name, dtype, count, offset)
         sections.append(section)
-        offset = _align(offset + section.nbytes, PARAM_ALIGN)
+        offset = _align(offset + section.nbytes, align)
     return sections
 
 
 def param_bytes(instr: Instruction, config: HwConfig) -> int:
     sections = param_sections(instr, config)
-    return _align(sections[-1].offset + sections[-1].nbytes, PARAM_ALIGN) if sections else 0
+    if not sections:
+        return 0
+    return _align(sections[-1].offset + sections[-1].nbytes, param_align(config))
 
 
 def pack_params(instr: Instruction, config: HwConfig, **arrays) -> bytes:

@@ -35,9 +35,9 @@ def rtl_problems(config: HwConfig) -> list[str]:
     if config.ti != config.to:
         problems.append("the group controller needs Ti == To")
     B, L = config.dram_bus_bytes, config.lanes
-    if B > layout.PARAM_ALIGN or L % B:
-        problems.append(f"the controller needs a bus of at most {layout.PARAM_ALIGN} bytes "
-                        f"that divides the {L}-byte word (bus: {B} bytes)")
+    if L % B:
+        problems.append(f"the controller needs a bus that divides the {L}-byte word "
+                        f"(bus: {B} bytes)")
     if len(set(config.buffer_bytes)) != 1:
         problems.append("the controller's on-chip buffers {0, 1, 2} are of one size")
     return problems

@@ -86,7 +86,7 @@ def sample_image(config: HwConfig, seed: int = 0, channels: int = 16,
         offsets = {}
         for name, blob in blobs.items():
             offsets[name] = len(params)
-            params += blob + bytes(-len(blob) % layout.PARAM_ALIGN)
+            params += blob + bytes(-len(blob) % layout.param_align(config))
         placed.append(offsets)
 
     x = rng.integers(0, 255, (3, size, size), dtype=np.uint8, endpoint=True)

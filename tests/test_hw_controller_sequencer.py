@@ -1,6 +1,6 @@
 # amaranth: UnusedElaboratable=no
 """The group controller's sequencer (hw/controller/sequencer.py) alone, in Amaranth's simulator,
-on DRAM buses of 4, 8 and 16 bytes: it reads an image through a DMA stand-in that serves
+on DRAM buses of 4, 8, 16 and 64 bytes: it reads an image through a DMA stand-in that serves
 every read command from the image's bytes, and in each group's compute phase its operand pitch
 registers hold the group's geometry (:func:`sfnpu.layout.geometry`) — dense ones it derives,
 or a windowed group's from the window record it passed while loading the parameter block."""
@@ -67,7 +67,8 @@ def geometries_in_compute(config, blob):
     return seen
 
 
-@pytest.mark.parametrize("name, bus_bits", [("ecp5", 32), ("tiny", 64), ("tiny", 128)])
+@pytest.mark.parametrize("name, bus_bits", [("ecp5", 32), ("tiny", 64), ("tiny", 128),
+                                            ("kcu1500", 512)])
 def test_operand_pitches(tmp_path: Path, name, bus_bits):
     """A residual block (every pitch used), unsplit and in windowed column strips."""
     config = get_config(name).replace(dram_bus_bits=bus_bits)

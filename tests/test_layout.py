@@ -102,7 +102,19 @@ def test_param_sections_follow_the_instruction():
     assert layout.param_bytes(full, TINY) % layout.PARAM_ALIGN == 0
     none = Instruction(conv=ConvKind.NONE, in_h=1, in_w=1, out_h=1, out_w=1, in_c=1, out_c=1)
     assert [s.name for s in layout.param_sections(none, TINY)] == ["post"]
-    assert layout.param_bytes(none, TINY) == 80  # the 68-byte post record, aligned
+    assert layout.param_bytes(none, TINY) == 80  # the 72-byte post record, aligned
+
+
+def test_param_sections_start_a_bus_beat():
+    # kcu1500's 64-byte bus: every section starts a beat, so the controller reads it whole.
+    kcu = KCU
+    assert layout.param_align(kcu) == 64 and layout.param_align(TINY) == layout.PARAM_ALIGN
+    full = conv(ConvKind.NORMAL, 3, 10, 3).replace(
+        act=isa.Activation.TABLE, eltwise=Eltwise.ADD, windowed=True,
+        in_transform=isa.InputTransform.CHANNEL_TABLE)
+    sections = layout.param_sections(full, kcu)
+    assert [s.offset % 64 for s in sections] == [0] * len(sections)
+    assert layout.param_bytes(full, kcu) % 64 == 0
 
 
 def test_param_round_trip_and_errors():

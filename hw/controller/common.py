@@ -14,7 +14,7 @@ from ..requant import Requantizer
 
 __all__ = ["INSTRUCTION_BYTES", "POST_WORDS", "RESULT_FIFO_DEPTH", "results_in_flight",
            "FLOAT32_ONE", "TAG_INPUT", "TAG_WEIGHTS", "TAG_SHORTCUT", "TAG_PREFETCH",
-           "ISA", "log2", "align16", "one_hot", "post_word", "stage_zp", "stage_signed",
+           "ISA", "log2", "param_aligned", "one_hot", "post_word", "stage_zp", "stage_signed",
            "code_types", "fetch_beats", "shifted_in", "aligned_instruction", "next_chunk"]
 
 INSTRUCTION_BYTES = isa.WORDS * isa.WORD_BITS // 8
@@ -46,9 +46,10 @@ def log2(n: int) -> int:
     return n.bit_length() - 1
 
 
-def align16(value):
-    shift = log2(layout.PARAM_ALIGN)
-    return ((value + layout.PARAM_ALIGN - 1) >> shift) << shift
+def param_aligned(value, config):
+    """``value`` rounded up to the alignment of ``config``'s parameter sections."""
+    align = layout.param_align(config)
+    return ((value + align - 1) >> log2(align)) << log2(align)
 
 
 def one_hot(index, count):

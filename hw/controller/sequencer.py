@@ -18,7 +18,7 @@ from sfnpu.regmap import ErrorCode
 
 from ..conv_array import depthwise_taps
 from ..dma import Direction
-from .common import (INSTRUCTION_BYTES, align16, aligned_instruction, fetch_beats, log2,
+from .common import (INSTRUCTION_BYTES, aligned_instruction, fetch_beats, log2, param_aligned,
                      next_chunk, shifted_in)
 
 __all__ = ["Sequencer", "group_layout"]
@@ -396,13 +396,16 @@ class Sequencer(wiring.Component):
                 m.next = "DECODE2"
             self._guard(m, r)
         with m.State("DECODE2"):
-            # The sections of sfnpu.layout.param_sections, in order, 16-byte aligned.
-            ct_start = align16(g.param_cp * 9)
+            # The sections of sfnpu.layout.param_sections, in order, each starting a beat.
+            def align(value):
+                return param_aligned(value, cfg)
+
+            ct_start = align(g.param_cp * 9)
             ct_bytes = Mux(g.has_ct, (g.in_blocks << log2(L)) << 8, 0)
-            post_start = align16(ct_start + ct_bytes)
-            act_start = align16(post_start + layout.POST_RECORD.itemsize)
+            post_start = align(ct_start + ct_bytes)
+            act_start = align(post_start + layout.POST_RECORD.itemsize)
             act_end = Mux(instr.act == Activation.TABLE, act_start + 256, act_start)
-            window_start = align16(act_end)
+            window_start = align(act_end)
             m.d.sync += [
                 r.weight_steps.eq(g.sets * g.steps),
                 g.block_words.eq(g.ib_count * g.steps),
@@ -416,7 +419,7 @@ class Sequencer(wiring.Component):
                 g.act_off.eq(act_start),
                 r.window_off.eq(window_start),
                 r.param_len.eq(Mux(instr.windowed,
-                                   window_start + align16(layout.WINDOW_RECORD.itemsize),
+                                   window_start + align(layout.WINDOW_RECORD.itemsize),
                                    act_end)),
                 r.div_rem.eq(sizes.row_words), r.div_bit.eq(sizes.row_words.bit_length()),
                 g.places.eq(0),
@@ -555,9 +558,8 @@ class Sequencer(wiring.Component):
 
         def window_record():
             # A windowed group's pitches, from its record's fields as their beats pass (the
-            # last lands before COMPUTE_START, where the agents take them). The bus width
-            # divides PARAM_ALIGN, so the record starts a beat and a field sits at byte
-            # at % B of the beat that holds it.
+            # last lands before COMPUTE_START, where the agents take them). The record starts
+            # a beat (layout.param_align), so a field sits at byte at % B of its beat.
             rel = self.load_pos - r.window_off
             for name, register in _WINDOW_FIELDS.items():
                 dtype, at = layout.WINDOW_RECORD.fields[name]

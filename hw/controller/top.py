@@ -141,8 +141,8 @@ class GroupController(wiring.Component):
     Parameters
     ----------
     config : HwConfig
-        ``ti == to == lanes`` (the datapath's requirement), bus width at most
-        :data:`~sfnpu.layout.PARAM_ALIGN` bytes and dividing ``lanes``.
+        ``ti == to == lanes`` (the datapath's requirement), a bus width that divides
+        ``lanes``.
     addr_width : int
         Bus address bits.
 
