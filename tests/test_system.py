@@ -277,6 +277,15 @@ def taps_net():
     return net, [net.conv(x, 16, 8, 3)]
 
 
+def wide_depthwise_net():
+    """A 7×7 depthwise conv (two-part column fetches): on `tiny` and `ecp5` its 13 steps per
+    pixel are fewer than the 14 cycles of a row's first window, the case every depthwise
+    layer of a wide array is in (kcu1500: one step); then a 1×1 conv."""
+    net = Net((16, 10, 10), seed=19, name="wide_depthwise")
+    x = net.conv("x", 16, 16, 7, group=16, pads=[3, 3, 3, 3])
+    return net, [net.conv(x, 16, 8, 1, pads=[0, 0, 0, 0])]
+
+
 def row_taps_net():
     """A stem whose rows' taps the host lays out as channels: a 3×3 conv over 2 channels (18
     taps, more than `tiny`'s 8 lanes; a row's 6 fit) runs 3×1 over 6 channels at 16×16,
@@ -422,6 +431,7 @@ def run_and_compare(harness, blob):
     (chunked_net, {ConvKind.NORMAL}),
     (taps_net, {ConvKind.NORMAL}),
     (row_taps_net, {ConvKind.NORMAL}),
+    (wide_depthwise_net, {ConvKind.NORMAL, ConvKind.DEPTHWISE}),
     (head_stream_net, {ConvKind.NORMAL}),
     (add_stream_net, {ConvKind.NORMAL}),
     (max_pool_s1_net, {ConvKind.NORMAL, ConvKind.NONE}),

@@ -137,7 +137,7 @@ class InputReader:
         y_end = min(oy * instr.sh - instr.pad_top + instr.kh, instr.in_h)
         self.reader_moved.append(end - self.move_lead if oy else end)
         self.fetch(y_end - 1)
-        start = max(end, self.row_in[y_end - 1] + self.plan.f0 + 1)
+        start = max(end, self.row_in[y_end - 1] + self.plan.first_fetch + 1)
         self.fetch(min(instr.in_h - 1, max(oy * instr.sh - instr.pad_top, 0)
                        + self.plan.capacity), move=False)
         return start

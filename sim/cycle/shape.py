@@ -62,6 +62,15 @@ class ChunkPlan:
                    s.ib * pass_cycles, ROW_BUFFER_ROWS * s.places)
 
     @property
+    def first_fetch(self) -> int:
+        """Cycles from a row's input to its time base, past one: a pass's first window
+        costs ``max(P, F₀)`` (:attr:`first_step`), but a row's very first window is emitted
+        ``F₀`` cycles after its read with nothing to overlap, so the row counts from
+        ``max(P, F₀) − P`` cycles before that (``hw/row_buffer.py``'s timing contract).
+        Only depthwise layers on wide arrays (``P`` below ``F₀``) tell the two apart."""
+        return min(self.s.steps, self.f0)
+
+    @property
     def first_step(self) -> int:
         """A pass's first result: its pixel's last step."""
         return max(self.s.steps, self.f0) - 1
