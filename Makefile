@@ -25,6 +25,7 @@ CONFIG ?= tiny
 BOARD  ?= ulx3s-85f
 SEED   ?= 0
 WAVES  ?=
+RTL    ?=
 SPEC   ?=
 JOBS   ?= auto
 
@@ -51,7 +52,7 @@ regress: $(STAMP)
 	$(RUN) SFNPU_REGRESS=1 $(PY) -m pytest -n $(JOBS) -q tests
 
 sim: $(STAMP)
-	$(RUN) $(PY) -m sfnpu.cli sim --config $(CONFIG) --seed $(SEED) $(if $(MODEL),--model $(MODEL)) $(if $(WAVES),--waves)
+	$(RUN) $(PY) -m sfnpu.cli sim --config $(CONFIG) --seed $(SEED) $(if $(MODEL),--model $(MODEL)) $(if $(WAVES),--waves) $(if $(RTL),--rtl)
 
 docs: $(STAMP)
 	$(RUN) $(PY) -m sfnpu.cli docs

@@ -22,6 +22,10 @@ NAME = "sim"
 HELP = "run every available pipeline stage"
 
 
+#: Arrays simulated on Verilator by default; larger ones (kcu1500) take ``--rtl``.
+RTL_DEFAULT_MACS = 256
+
+
 def add_arguments(parser):
     parser.add_argument("--config", default="tiny", choices=list(CONFIGS))
     parser.add_argument("--seed", type=int, default=0)
@@ -29,6 +33,9 @@ def add_arguments(parser):
                         f"(default {DEFAULT_MODEL})")
     parser.add_argument("--waves", action="store_true",
                         help="write the RTL run's waves to build/waves/ (FST, or VCD without lz4)")
+    parser.add_argument("--rtl", action="store_true",
+                        help=f"simulate the RTL on arrays above {RTL_DEFAULT_MACS} MACs too "
+                             "(kcu1500: about 20 minutes to elaborate and build, cached after)")
 
 
 def _golden_vs_onnxruntime(program, path, inputs, golden, config):
@@ -108,7 +115,7 @@ def run(args) -> int:
                        f"{identical:.4%} identical over {len(inputs)} inputs, top-1 "
                        f"{agree}/{len(inputs)} ({time.perf_counter() - t1:.1f} s)"))
         verdicts = [_run_segment(config, compiled, blob, golden, stages, args.waves,
-                                 f" (segment {k})" if len(segments) > 1 else "")
+                                 f" (segment {k})" if len(segments) > 1 else "", args.rtl)
                     for k, (compiled, blob) in enumerate(zip(segments, blobs))]
 
     for k, (compiled, (timing, result, _)) in enumerate(zip(segments, verdicts)):
@@ -135,7 +142,7 @@ def run(args) -> int:
     return 0
 
 
-def _run_segment(config, compiled, blob, golden, stages, waves, label):
+def _run_segment(config, compiled, blob, golden, stages, waves, label, rtl=False):
     """The cycle model and the RTL on one accelerator image: (timing, RTL result or None,
     their comparison or None); adds the stage rows."""
     from sfnpu.sim.cycle import CycleModel, compare
@@ -145,7 +152,8 @@ def _run_segment(config, compiled, blob, golden, stages, waves, label):
                    f"{timing.cycles} cycles = {timing.seconds * 1e3:.2f} ms "
                    f"at {config.clock_mhz:g} MHz; {timing.read_bytes} B read, "
                    f"{timing.write_bytes} B written"))
-    result = _sim_rtl(config, compiled, blob, golden, stages, waves=waves, label=label)
+    result = _sim_rtl(config, compiled, blob, golden, stages, waves=waves, label=label,
+                      large=rtl)
     comparison = None
     if result is not None and not (result.timeout or result.error):
         comparison = compare(timing, result.group_cycles, result.group_read_bytes,
@@ -173,12 +181,20 @@ def _waves_harness(config):
     return harness, waves_file
 
 
-def _sim_rtl(config, compiled, blob, golden, stages, waves=False, label=""):
+def _sim_rtl(config, compiled, blob, golden, stages, waves=False, label="", large=False):
     """Run the last input's image on the RTL and compare the whole DRAM with the golden
-    model's; adds a stage row. None when the config is model-only."""
-    if config.dram_bus_bytes > 8:
-        stages.append((f"RTL on Verilator{label}", f"not simulated: {config.name} is a model-only "
-                       "configuration (use CONFIG=tiny or ecp5)"))
+    model's; adds a stage row. None when the RTL is not simulated: it cannot be built for
+    the configuration, or its array is large and ``large`` is not set."""
+    from sfnpu.limits import rtl_problems
+
+    if problems := rtl_problems(config):
+        stages.append((f"RTL on Verilator{label}", f"not simulated: the RTL cannot be built "
+                       f"for {config.name} ({'; '.join(problems)})"))
+        return None
+    if config.macs > RTL_DEFAULT_MACS and not large:
+        stages.append((f"RTL on Verilator{label}", f"not simulated by default: {config.name}'s "
+                       f"{config.macs} MACs take about 20 minutes to elaborate and build for "
+                       "Verilator (cached after); add --rtl"))
         return None
     harness, waves_file = _waves_harness(config) if waves else (rtl_harness(config), None)
     t0 = time.perf_counter()

@@ -7,16 +7,17 @@ window out, events and per-cycle counter increments in.
 
 Run protocol (from the CSR's side):
 
-* ``start`` pulses for one cycle when the host writes CONTROL.start while not busy. It clears
-  STATUS.done/error, the error registers, every counter and the group log; ``running`` is 1
-  from the next cycle until the core reports ``done`` or ``error``.
+* ``start`` pulses for one cycle, the cycle after the host writes CONTROL.start, when not
+  busy. It clears STATUS.done/error, the error registers, every counter and the group log;
+  ``running`` is 1 from the next cycle until the core reports ``done`` or ``error``.
 * While running, CYCLES counts every cycle, each STALL_* counter the cycles its ``stall`` bit is
   set, the byte counters add ``read_bytes``/``write_bytes``. A ``group_done`` pulse appends the
   group's cycle count to the log. ``done`` ends the run; ``error`` ends it with a code (and
   sets STATUS.done as well).
-* ``soft_reset`` pulses on CONTROL.soft_reset: the CSR returns to idle at once and the core must
-  abort. STATUS.busy also covers a core that is not yet ``idle`` (still completing bus
-  transactions after an error or an abort): a start is ignored until it is.
+* ``soft_reset`` pulses the cycle after a write of CONTROL.soft_reset: the CSR returns to idle
+  at once and the core must abort. STATUS.busy also covers a core that is not yet ``idle``
+  (still completing bus transactions after an error or an abort): a start is ignored until it
+  is.
 """
 
 from __future__ import annotations
@@ -294,6 +295,9 @@ class CsrBlock(wiring.Component):
             rw_storage[(hi.name, hi.fields[0].name)] = value[32:]
         w1c_storage = {("STATUS", "done"): f.done, ("STATUS", "error"): f.error}
         w1p_pulses = {("CONTROL", "start"): f.start, ("CONTROL", "soft_reset"): f.soft_reset}
+        # Pulses leave a flip-flop, one cycle after the write: the host's bus logic does not
+        # reach into the run state and the sequencer in the same cycle.
+        m.d.sync += [pulse.eq(0) for pulse in w1p_pulses.values()]
 
         with m.If(write_fire):
             m.d.sync += [b_valid.eq(1), b_resp.eq(Resp.SLVERR)]
@@ -317,7 +321,7 @@ class CsrBlock(wiring.Component):
                                     with m.If(ones.any()):
                                         m.d.sync += w1c_storage[key].eq(0)
                                 elif field.access is Access.W1P:
-                                    m.d.comb += w1p_pulses[key].eq(ones.any())
+                                    m.d.sync += w1p_pulses[key].eq(ones.any())
 
     def _bus_read(self, m, f, read_value):
         """AXI4-Lite read: data registered, valid the cycle after the address."""

@@ -12,6 +12,7 @@ the error code, the failing group and that the core returns to idle (no hang).
 import dataclasses
 import functools
 import math
+import os
 import struct
 
 import numpy as np
@@ -406,6 +407,30 @@ def regression_programs(config, tmp_path):
     for build, widths in STRIPS:
         yield stripped(tmp_path, build, widths, config)[1].program
     yield compiled_image(tmp_path, *deep_input_net(), config)[0].program   # partial sums
+
+
+def random_image(program, seed):
+    """``program``'s DRAM image with random codes for its inputs."""
+    rng = np.random.default_rng(seed)
+    inputs = []
+    for name in program.inputs:
+        tensor = program.graph.tensors[name]
+        info = np.iinfo(np.int8 if tensor.qtype.signed else np.uint8)
+        inputs.append(rng.integers(info.min, info.max, tensor.shape, dtype=info.dtype,
+                                   endpoint=True))
+    return program.pack(inputs)
+
+
+@pytest.mark.skipif(not os.environ.get("SFNPU_REGRESS"), reason=(
+    "kcu1500's RTL (4096 MACs) takes about 20 minutes to elaborate and build: make regress"))
+def test_kcu1500_runs_the_system_regression(tmp_path):
+    """The paper's configuration itself — Ti = To = 64, a 512-bit bus, 3 × 1.5 MiB buffers —
+    runs every program of the regression bit-exact and cycle-exact."""
+    harness = system_harness("kcu1500")
+    programs = list(regression_programs(harness.config, tmp_path))
+    assert len(programs) > 50
+    for k, program in enumerate(programs):
+        run_and_compare(harness, random_image(program, k))
 
 
 def run_and_compare(harness, blob):

@@ -54,7 +54,14 @@ class Accumulator(wiring.Component):
         The bias and multiplier store's read port (one cycle).
     o_stream : Out(stream.Signature(8 · lanes, always_ready=True))
         The codes, lane 0 lowest.
+
+    Timing: a result taken in cycle *k* reaches the requantisers in cycle *k* +
+    :attr:`LATENCY` (the partial-sum stage, whose buffer read feeds the addition, then the sum
+    with its bias in a register of its own), its code :attr:`Requantizer.LATENCY
+    <sfnpu.hw.requant.Requantizer.LATENCY>` cycles later.
     """
+
+    LATENCY = 2
 
     def __init__(self, lanes: int, psum_words: int, blocks: int):
         self.lanes = lanes
@@ -131,18 +138,25 @@ class Accumulator(wiring.Component):
         # conv NONE: codes pass unchanged (acc = x − x_zp, multiplier 1.0, zero point x_zp).
         lo = Mux(self.out_signed, -128, 0)
         hi = Mux(self.out_signed, 127, 255)
+        # The sums with their bias, registered: the buffer's read and two additions would
+        # otherwise run into the requantiser's normalisation in one cycle.
+        r_valid = Signal()
+        m.d.sync += r_valid.eq(a_valid & a_last & ~flush)
         codes = []
         for lane in range(To):
             rq = ResetInserter(flush)(Requantizer())
             m.submodules[f"requant_{lane}"] = rq
             b = Mux(self.identity, 0, self.bias[32 * lane:32 * (lane + 1)].as_signed())
+            r_acc = Signal(signed(32), name=f"acc_{lane}")
+            r_mult = Signal(32, name=f"mult_{lane}")
+            m.d.sync += [r_acc.eq(sums[lane] + b),
+                         r_mult.eq(Mux(self.identity, FLOAT32_ONE,
+                                       self.mult[32 * lane:32 * (lane + 1)]))]
             m.d.comb += [
-                rq.acc.eq(sums[lane] + b),
-                rq.multiplier.eq(Mux(self.identity, FLOAT32_ONE,
-                                     self.mult[32 * lane:32 * (lane + 1)])),
+                rq.acc.eq(r_acc), rq.multiplier.eq(r_mult),
                 rq.zero_point.eq(self.zero_point),
                 rq.lo.eq(lo), rq.hi.eq(hi),
-                rq.valid.eq(a_valid & a_last),
+                rq.valid.eq(r_valid),
             ]
             codes.append(rq.y[:8])
             if lane == 0:

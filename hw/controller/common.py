@@ -28,7 +28,8 @@ def results_in_flight(config) -> int:
     """Results still on their way to the result FIFO after the array takes a step (array,
     partial-sum stage, requantiser): the datapath holds while the FIFO's level plus these
     would overflow it."""
-    return array_latency(config) + 1 + Requantizer.LATENCY + 2
+    from .accumulator import Accumulator
+    return array_latency(config) + Accumulator.LATENCY + Requantizer.LATENCY + 2
 
 
 ISA = data.Layout.cast(isa.InstructionLayout)

@@ -71,6 +71,7 @@ class CycleModel(DmaTiming):
     def __init__(self, config: HwConfig):
         from sfnpu.hw.conv_array import array_latency
         from sfnpu.hw.requant import Requantizer
+        from sfnpu.hw.controller.accumulator import Accumulator
 
         super().__init__(config)
         self.L = config.lanes
@@ -79,8 +80,9 @@ class CycleModel(DmaTiming):
         self.row_words_max = self.sizes.row_words
         self.write_words = self.sizes.write_words
         self.psum_words = self.sizes.psum_words
-        # Array → psum stage → requantiser → result FIFO.
-        self.result_latency = array_latency(config) + 1 + Requantizer.LATENCY + 1
+        # Array → accumulator (psum stage, sum register) → requantiser → result FIFO.
+        self.result_latency = (array_latency(config) + Accumulator.LATENCY
+                               + Requantizer.LATENCY + 1)
         # The last row's end → the compute phase's cycles when only the datapath is left:
         # the last step a cycle after the end, the row buffer's busy falls two cycles later,
         # the datapath's busy array_latency + 1 cycles after that (its in_flight shift
