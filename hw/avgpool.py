@@ -221,10 +221,14 @@ class Float32Divider(wiring.Component):
 
 
 class SumLane(wiring.Component):
-    """One lane of the window sum: ``V = round24(|d|·M)`` in stage A, ``S + V`` in stage B,
-    ``S = round24(S + V)`` in stage C (integers in units of ``2^E``); ``S`` read out as a float
-    (exact). The caller sequences the stages (``b_first``: the element in stage B starts a
-    window; ``c_valid``: stage C holds an element)."""
+    """One lane of the window sum: ``|d|·M`` in stage A, ``V = round24(|d|·M)`` in stage A2,
+    ``S + V`` in stage B, ``S = round24(S + V)`` in stage C (integers in units of ``2^E``);
+    ``S`` read out as a float (exact). The caller sequences the stages (``b_first``: the
+    element in stage B starts a window; ``c_valid``: stage C holds an element): an element's
+    code in cycle *t* is in stage B in cycle *t* + :attr:`TO_B`. Elements come at most every
+    other cycle, so that B finds the previous element's S."""
+
+    TO_B = 2
 
     def __init__(self):
         super().__init__({
@@ -243,16 +247,19 @@ class SumLane(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        # A: d = x − x_zp, V = |d|·M rounded to 24 significant bits.
+        # A: d = x − x_zp and the exact product |d|·M (registered: the code comes from a
+        # block RAM's output).
         d = Signal(signed(10))
         m.d.comb += d.eq(Mux(self.in_signed, self.code.as_signed(), self.code) - self.x_zp)
         d_magnitude = Signal(9)
         m.d.comb += d_magnitude.eq(Mux(d < 0, -d, d))
         product = Signal(_V_BITS)
-        m.d.comb += product.eq(d_magnitude * self.x_significand)
+        negative = Signal()
+        m.d.sync += [product.eq(d_magnitude * self.x_significand), negative.eq(d < 0)]
+        # A2: V = the product rounded to 24 significant bits, with d's sign.
         v_magnitude = round_significant(product, _V_BITS)
         b_v = Signal(signed(_V_BITS + 1))
-        m.d.sync += b_v.eq(Mux(d < 0, -v_magnitude, v_magnitude))
+        m.d.sync += b_v.eq(Mux(negative, -v_magnitude, v_magnitude))
 
         # B: the exact sum S + V (S = 0 before the window's first element).
         s = Signal(signed(_S_BITS + 1))
@@ -287,10 +294,18 @@ class QuantizeLane(wiring.Component):
     """``y = clamp(rint(float32(q + y_zp)))`` for the float32 ``q`` (sign, 24-bit significand,
     exponent), as in :class:`~sfnpu.hw.chscale.ChannelScaleLane`: ``|q| < ¼`` gives ``y_zp``,
     ``|q| ≥ 2^10`` saturates by sign, otherwise ``q + y_zp`` is exact with 25 fraction bits
-    and is rounded to 24 significant bits, then to an integer. Combinational."""
+    and is rounded to 24 significant bits, then to an integer.
+
+    Pipelined: ``q`` taken in a cycle with ``en`` set gives ``y`` after :attr:`LATENCY` more
+    cycles with ``en`` set (stage 1: the exact fixed-point sum; stage 2: its rounding to 24
+    significant bits; ``y`` is the combinational integer rounding and clamp of stage 2).
+    ``y_zp`` and ``out_signed`` travel with ``q``."""
+
+    LATENCY = 2
 
     def __init__(self):
         super().__init__({
+            "en": In(1),
             "q_sig": In(_SIG),
             "q_exp": In(_EXP),
             "negative": In(1),
@@ -302,8 +317,7 @@ class QuantizeLane(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        lo = Mux(self.out_signed, -128, 0)
-        hi = Mux(self.out_signed, 127, 255)
+        # Stage 1: q + y_zp, exact, with 25 fraction bits.
         scale = Signal(signed(13))                 # |q| in [2^scale, 2^(scale+1))
         m.d.comb += scale.eq(self.q_exp + (_SIG - 1))
         negligible = self.zero | (scale < -2)
@@ -313,16 +327,31 @@ class QuantizeLane(wiring.Component):
         fixed = Signal(_SIG + _SATURATION_EXPONENT + 1)          # |q|·2^25 < 2^35
         m.d.comb += fixed.eq(Mux(negligible | saturates, 0, self.q_sig << shift))
         total = Signal(signed(37))
-        m.d.comb += total.eq(Mux(self.negative, -fixed, fixed) + (self.y_zp << _FRACTION_BITS))
+        s1_saturates, s1_negative, s1_signed = Signal(), Signal(), Signal()
+        with m.If(self.en):
+            m.d.sync += [
+                total.eq(Mux(self.negative, -fixed, fixed) + (self.y_zp << _FRACTION_BITS)),
+                s1_saturates.eq(saturates), s1_negative.eq(self.negative),
+                s1_signed.eq(self.out_signed),
+            ]
+        # Stage 2: float32(q + y_zp), a magnitude and a sign.
         total_magnitude = Signal(36)
         m.d.comb += total_magnitude.eq(Mux(total < 0, -total, total))
-        t = round_significant(total_magnitude, 36)              # float32(q + y_zp)
+        t = Signal(37)
+        s2_below, s2_saturates, s2_negative, s2_signed = Signal(), Signal(), Signal(), Signal()
+        with m.If(self.en):
+            m.d.sync += [t.eq(round_significant(total_magnitude, 36)), s2_below.eq(total < 0),
+                         s2_saturates.eq(s1_saturates), s2_negative.eq(s1_negative),
+                         s2_signed.eq(s1_signed)]
+        # The integer, clamped to the output range.
+        lo = Mux(s2_signed, -128, 0)
+        hi = Mux(s2_signed, 127, 255)
         integer = round_half_even(t, _FRACTION_BITS)
         value = Signal(signed(14))
-        m.d.comb += value.eq(Mux(total < 0, -integer, integer))
+        m.d.comb += value.eq(Mux(s2_below, -integer, integer))
         result = Signal(signed(9))
-        with m.If(saturates):
-            m.d.comb += result.eq(Mux(self.negative, lo, hi))
+        with m.If(s2_saturates):
+            m.d.comb += result.eq(Mux(s2_negative, lo, hi))
         with m.Elif(value > hi):
             m.d.comb += result.eq(hi)
         with m.Elif(value < lo):
@@ -396,14 +425,15 @@ class AvgPool(wiring.Component):
     Timing: the input is taken one beat per cycle while a line buffer is free: the buffers
     hold rows ``max(u, 0) … max(u, 0) + 2`` of the output row being computed (``u = oy·stride −
     pad``), so input rows beyond those wait until the row's windows have been read. An output
-    pixel whose window has ``m`` input elements costs ``2m + 4`` cycles to sum (one element
+    pixel whose window has ``m`` input elements costs ``2m + 5`` cycles to sum (one element
     every other cycle: the sum's add and rounding are separate stages) and each division
     ``⌈25 / divider_bits⌉ + 2``; summing and the two divisions run concurrently on consecutive
     pixels, so an output row of ``blocks · out_w`` pixels takes about
-    ``blocks · out_w · max(2m + 4, ⌈25 / divider_bits⌉ + 2)`` cycles plus the input rows that
+    ``blocks · out_w · max(2m + 5, ⌈25 / divider_bits⌉ + 2)`` cycles plus the input rows that
     could not be taken meanwhile (2×2 windows, stride 2, ``divider_bits = 2``: 15 cycles per
-    output pixel, 17 with the input; 3×3 windows: 22). Latency from a window's last input
-    element to its output: ``2m + 4 + 2·(⌈25 / divider_bits⌉ + 2)`` cycles at most.
+    output pixel, 17 with the input; 3×3 windows: 23). Latency from a window's last input
+    element to its output: ``2m + 5 + 2·(⌈25 / divider_bits⌉ + 2) + 2`` cycles at most (the
+    last two: the requantiser's stages, :attr:`QuantizeLane.LATENCY`).
     """
 
     def __init__(self, lanes: int, max_width: int, max_height: int = MAX_HEIGHT,
@@ -473,10 +503,14 @@ class AvgPool(wiring.Component):
             m.d.sync += [rows.rows_in.eq(0), rows.in_slot.eq(0), rows.oy.eq(0), rows.w.eq(0),
                          rows.w_slot.eq(0)]
 
+        # The output register and the requantisers' stages ahead of it move together, when
+        # the output register is free or being read (a stall holds all of them).
         output_valid = Signal()
         output_codes = Signal(beat_layout)
+        advance = Signal()
+        m.d.comb += advance.eq(~output_valid | self.o_stream.ready)
         hold_n, first_divider, second_divider = self._lanes(
-            m, reads, pipe, hold_valid, sum_ready, output_valid, output_codes)
+            m, reads, pipe, hold_valid, sum_ready, advance, output_codes)
 
         # Lanes run in lockstep: lane 0's handshakes stand for all.
         with m.If(sum_ready):
@@ -484,10 +518,10 @@ class AvgPool(wiring.Component):
         with m.Elif(take_hold):
             m.d.sync += hold_valid.eq(0)
         m.d.comb += take_hold.eq(hold_valid & first_divider[0].i_ready)
-        with m.If(second_divider[0].o_valid & second_divider[0].o_ready):
-            m.d.sync += output_valid.eq(1)
-        with m.Elif(self.o_stream.ready):
-            m.d.sync += output_valid.eq(0)
+        quantising = Signal(QuantizeLane.LATENCY)            # the requantisers' stages hold q
+        with m.If(advance):
+            m.d.sync += quantising.eq(Cat(second_divider[0].o_valid, quantising[:-1]))
+            m.d.sync += output_valid.eq(quantising[-1])
 
         with m.If(self.enable):
             m.d.comb += [
@@ -629,9 +663,9 @@ class AvgPool(wiring.Component):
 
     def _element_pipeline(self, m, walk, reads):
         """The element pipeline's valid/first/last flags and the line buffers' read address."""
-        # Issue (address) → A: code read, V = round24(|d|·M) → B: S + V → C: S rounded to 24
-        # significant bits. Elements are issued every other cycle, so B always finds the
-        # previous element's S.
+        # Issue (address) → A: code read, |d|·M → A2: V = round24(|d|·M) → B: S + V → C: S
+        # rounded to 24 significant bits. Elements are issued every other cycle, so B always
+        # finds the previous element's S.
         issue = Signal()
         issue_last = Signal()
         a_valid, a_first, a_last = Signal(), Signal(), Signal()
@@ -642,9 +676,15 @@ class AvgPool(wiring.Component):
         m.d.sync += [
             a_valid.eq(issue), a_first.eq(issue & walk.walk_first), a_last.eq(issue_last),
             a_slot.eq(walk.walk_slot),
-            b_valid.eq(a_valid), b_first.eq(a_first), b_last.eq(a_last),
             c_valid.eq(b_valid), c_last.eq(b_valid & b_last),
         ]
+        # A → B through the lane's product stages.
+        flags = Cat(a_valid, a_first, a_last)
+        for _ in range(SumLane.TO_B):
+            delayed = Signal.like(flags)
+            m.d.sync += delayed.eq(flags)
+            flags = delayed
+        m.d.comb += Cat(b_valid, b_first, b_last).eq(flags)
         walk_address = walk.segment_base + walk.walk_column
         for read in reads:
             m.d.comb += read.addr.eq(walk_address)
@@ -719,8 +759,9 @@ class AvgPool(wiring.Component):
         with m.Else():
             m.d.sync += [ox.eq(ox + 1), h.eq(h + self.stride)]
 
-    def _lanes(self, m, reads, pipe, hold_valid, sum_ready, output_valid, output_codes):
-        """Per lane: dequantise, sum, convert, divide twice, requantise."""
+    def _lanes(self, m, reads, pipe, hold_valid, sum_ready, advance, output_codes):
+        """Per lane: dequantise, sum, convert, divide twice, requantise (its stages move
+        with ``advance``)."""
         x_significand = Cat(self.x_scale[:23], 1)
         x_exponent = Signal(_EXP)                  # x_s = M · 2^E
         m.d.comb += x_exponent.eq(self.x_scale[23:31] - FLOAT32_BIAS - (_SIG - 1))
@@ -776,17 +817,18 @@ class AvgPool(wiring.Component):
                 second.a_sig.eq(first.q_sig), second.a_exp.eq(first.q_exp),
                 second.b_sig.eq(y_significand), second.b_exp.eq(y_exponent),
                 second.tag.eq(first.q_tag),
-                second.o_ready.eq(~output_valid | self.o_stream.ready),
+                second.o_ready.eq(advance),
             ]
 
-            # q → y.
+            # q → y, through the requantiser's stages (all advancing when the output moves).
             requantise = QuantizeLane()
             m.submodules[f"output_{lane}"] = requantise
             m.d.comb += [
+                requantise.en.eq(advance),
                 requantise.q_sig.eq(second.q_sig), requantise.q_exp.eq(second.q_exp),
                 requantise.negative.eq(second.q_tag[0]), requantise.zero.eq(second.q_tag[1]),
                 requantise.y_zp.eq(self.y_zp), requantise.out_signed.eq(self.out_signed),
             ]
-            with m.If(second.o_valid & second.o_ready):
+            with m.If(advance):
                 m.d.sync += output_codes[lane].eq(requantise.y)
         return hold_n, first_divider, second_divider

@@ -139,7 +139,7 @@ def test_window_sum_matches_float32_on_verilator():
     signed = rng.integers(0, 2, windows)
     zps = np.where(signed, rng.integers(-128, 128, windows), rng.integers(0, 256, windows))
     scales = scale_choices(rng, windows)
-    period = 2 * 9 + 4
+    period = 2 * 9 + 2 + SumLane.TO_B
     n = windows * period
     vectors = {name: np.zeros(n, np.int64) for name in
                ("code", "in_signed", "x_zp", "x_significand", "x_exponent", "b_first",
@@ -154,8 +154,8 @@ def test_window_sum_matches_float32_on_verilator():
         base = k * period
         element_cycles = base + 2 * np.arange(sizes[k])
         vectors["code"][element_cycles] = window & 0xFF
-        vectors["b_first"][base + 1] = 1
-        vectors["c_valid"][element_cycles + 2] = 1
+        vectors["b_first"][base + SumLane.TO_B] = 1
+        vectors["c_valid"][element_cycles + SumLane.TO_B + 1] = 1
         span = slice(base, base + period)
         vectors["in_signed"][span] = signed[k]
         vectors["x_zp"][span] = zps[k]
@@ -163,7 +163,7 @@ def test_window_sum_matches_float32_on_verilator():
         vectors["x_exponent"][span] = exp[k]
     harness = VectorHarness(SumLane(), "avgpool_sum_lane", BUILD / "sum_lane")
     out = harness.run(vectors)
-    sample = np.arange(windows) * period + 2 * (sizes - 1) + 3
+    sample = np.arange(windows) * period + 2 * (sizes - 1) + SumLane.TO_B + 2
     expected = np.zeros(windows, F32)
     for k, window in enumerate(codes):
         s = F32(0)
@@ -227,11 +227,15 @@ def test_final_rounding_on_verilator():
     zero = q == 0
     magnitude = np.where(zero, F32(1), np.abs(q))
     sig, exp = split_float(magnitude)
-    vectors = {"q_sig": sig, "q_exp": exp, "negative": (q < 0).astype(np.int64),
-               "zero": zero.astype(np.int64), "y_zp": y_zp, "out_signed": out_signed}
+    # The lane's stages and the wrapper's register; the stages move while ``en`` is set.
+    delay = QuantizeLane.LATENCY + 1
+    vectors = {name: np.concatenate([values, np.zeros(delay, np.int64)]) for name, values in {
+        "q_sig": sig, "q_exp": exp, "negative": (q < 0).astype(np.int64),
+        "zero": zero.astype(np.int64), "y_zp": y_zp, "out_signed": out_signed}.items()}
+    vectors["en"] = np.ones(count + delay, np.int64)
     harness = VectorHarness(Registered(QuantizeLane()), "avgpool_quantize_lane",
                             BUILD / "quantize_lane")
-    got = harness.run(vectors, flush=1)["y"][1:]
+    got = harness.run(vectors)["y"][delay:]
     t = (q + y_zp.astype(F32)).astype(F32)
     expected = np.clip(np.rint(t).astype(np.int64), y_lo, y_lo + 255) & 0xFF
     assert np.array_equal(got & 0xFF, expected), np.flatnonzero((got & 0xFF) != expected)[:5]

@@ -20,8 +20,8 @@ class AvgPool:
     buffers keep rows ``max(u, 0)`` … ``+ 2`` of the output row being walked, ``u`` its first
     window row) and once the row's words have come through the post stages ahead of it.
 
-    Walk: a window of ``m`` elements takes ``2m + 4`` cycles from NEXT to its sum (NEXT, an
-    element every other cycle, the sum's three stages, SUM); the sum waits in SUM while the
+    Walk: a window of ``m`` elements takes ``2m + 5`` cycles from NEXT to its sum (NEXT, an
+    element every other cycle, the sum's four stages, SUM); the sum waits in SUM while the
     hand-over register is full, and the first divider empties it when idle (one division every
     ``iterations + 2`` cycles). An output row's first window starts once its last row is stored.
 
@@ -31,7 +31,7 @@ class AvgPool:
     landed after it."""
 
     def __init__(self, model: CycleModel, plan: ChunkPlan, stages: int):
-        from sfnpu.hw.avgpool import _MAX_KERNEL, Float32Divider
+        from sfnpu.hw.avgpool import _MAX_KERNEL, Float32Divider, QuantizeLane, SumLane
         from sfnpu.hw.controller import RESULT_FIFO_DEPTH, results_in_flight
 
         instr, s, obs = plan.instr, plan.s, plan.obs
@@ -48,6 +48,12 @@ class AvgPool:
         # A step's result: result FIFO (result_latency + 1), the stages, then taken.
         self.to_pool = model.result_latency + stages + 2
         self.divide = Float32Divider.iterations(model.AVG_DIVIDER_BITS) + 2
+        # NEXT → the window's sum: an element every other cycle, its product stages to B,
+        # then B, C and SUM.
+        self.walk_extra = SumLane.TO_B + 2
+        # The second division's result → the write buffer: the requantiser's stages, the
+        # output register, the write buffer.
+        self.output_extra = QuantizeLane.LATENCY + 2
         self.line_buffers = _MAX_KERNEL
         self.rows = []                          # per conv row: start, held step, delay
         self.taken = []                         # per conv row: cycle its last word is taken
@@ -144,11 +150,10 @@ class AvgPool:
                 for ox in range(self.pooled_w):
                     x0 = ox * self.stride - self.pad
                     m = rows * (min(x0 + self.k, self.conv_w) - max(x0, 0))
-                    ready = max(next_window + 2 * m + 3, division + 1)
+                    ready = max(next_window + 2 * m + self.walk_extra, division + 1)
                     division = max(ready + 1, division + self.divide)
                     next_window = ready + 1
-                    # the second division, the output register, the write buffer
-                    words.append(division + 2 * self.divide + 2)
+                    words.append(division + 2 * self.divide + self.output_extra)
             self.sum_ready, self.division = ready, division
             out.append((words[-1], words[-1] - walk, words))
             # The next output row's buffers, or all rows after the last output row.
