@@ -178,6 +178,10 @@ class Sequencer(wiring.Component):
             # Restoring division places = ⌊row_words_max / row_words⌋.
             div_rem=Signal(range(2 * self.sizes.row_words + 1)),
             div_bit=Signal(range(self.sizes.row_words.bit_length() + 1)),
+            # The store checks' products, registered in DECODE2 and DIVIDE and compared in
+            # DIVIDE's last cycle: no multiplier between the instruction and the FSM's state.
+            overflow=Signal(),                          # DECODE2's capacity checks
+            in_extent=Signal(48), out_extent=Signal(48), sc_extent=Signal(48),
         )
         # Read data outside compute: a beat per cycle.
         with m.If(self.beat_fire & ~self.compute):
@@ -437,20 +441,22 @@ class Sequencer(wiring.Component):
             carry = instr.psum_keep | instr.psum_hold
             # One product serves the AVG line store and the carried partial sums.
             conv_row = g.out_blocks * Mux((instr.pool == Pool.AVG) | carry, g.conv_w, 0)
+            # Capacities, as BUFFER_OVERFLOW at the end of DIVIDE (a product's compare would
+            # otherwise decide this state's successor).
+            m.d.sync += r.overflow.eq(
+                (g.out_blocks > sizes.max_channels // To)
+                | (g.row_words > sizes.row_words)
+                | (g.out_blocks * Mux(instr.pool == Pool.MAX, pooled_w, 0) > rows)
+                | (g.out_blocks * Mux(instr.upsample, pooled_w, 0) > rows)
+                | ((instr.pool == Pool.AVG) & (conv_row > rows))
+                | (carry & (conv_row > sizes.psum_words))
+                | (g.has_ct & (g.in_blocks > sizes.max_table_channels // L))
+                | (g.conv_w > sizes.psum_words))
             with m.If(no_pool | global_pool | odd | window | (carry & (g.conv_h != 1))
                       | (instr.psum_keep & ~r.psum_held)):
                 self._fail(m, r, ErrorCode.ILLEGAL_FIELD)
             with m.Elif(unsupported):
                 self._fail(m, r, ErrorCode.UNSUPPORTED)
-            with m.Elif((g.out_blocks > sizes.max_channels // To)
-                        | (g.row_words > sizes.row_words)
-                        | (g.out_blocks * Mux(instr.pool == Pool.MAX, pooled_w, 0) > rows)
-                        | (g.out_blocks * Mux(instr.upsample, pooled_w, 0) > rows)
-                        | ((instr.pool == Pool.AVG) & (conv_row > rows))
-                        | (carry & (conv_row > sizes.psum_words))
-                        | (g.has_ct & (g.in_blocks > sizes.max_table_channels // L))
-                        | (g.conv_w > sizes.psum_words)):
-                self._fail(m, r, ErrorCode.BUFFER_OVERFLOW)
             with m.Else():
                 m.next = "DIVIDE"
             self._guard(m, r)
@@ -463,7 +469,14 @@ class Sequencer(wiring.Component):
         out_local = instr.output.space != MemSpace.DRAM
         sc_local = instr.shortcut.space != MemSpace.DRAM
         with m.State("DIVIDE"):
-            # places = ⌊row_words_max / row_words⌋, one quotient bit per cycle.
+            # places = ⌊row_words_max / row_words⌋, one quotient bit per cycle. The operand
+            # extents are products of DECODE/DECODE2 registers, registered every cycle here
+            # and read in the last one (DIVIDE lasts a cycle per quotient bit, then that one).
+            m.d.sync += [
+                r.in_extent.eq(g.in_blocks * g.in_plane),
+                r.out_extent.eq((g.out_block0 + g.out_blocks) * g.out_plane),
+                r.sc_extent.eq(g.out_blocks * g.sc_plane),
+            ]
             with m.If(r.div_bit == 0):
                 too_big = r.weight_steps > sizes.weight_words
                 frame = instr.reuse == Reuse.FRAME
@@ -474,13 +487,14 @@ class Sequencer(wiring.Component):
                              g.chunk_obs.eq(Mux(too_big & frame, 0, g.out_blocks)),
                              r.chunk_steps.eq(block_words)]
                 size = sizes.buffer_words << log2(L)
-                in_end = instr.input.offset + g.in_blocks * g.in_plane
-                out_end = instr.output.offset + (g.out_block0 + g.out_blocks) * g.out_plane
-                sc_end = instr.shortcut.offset + g.out_blocks * g.sc_plane
-                with m.If((instr.kh > g.places * ROW_BUFFER_ROWS)
+                in_end = instr.input.offset + r.in_extent
+                out_end = instr.output.offset + r.out_extent
+                sc_end = instr.shortcut.offset + r.sc_extent
+                with m.If(r.overflow
+                          | (instr.kh > g.places * ROW_BUFFER_ROWS)
                           | ((r.weight_steps > sizes.weight_words) & g.depthwise)
                           | ((instr.input.space != MemSpace.DRAM) & (in_end > size))
-                          | (stage & (g.in_blocks * g.in_plane > size))
+                          | (stage & (r.in_extent > size))
                           | (out_local & (out_end > size))
                           | (sc_local & (instr.eltwise != Eltwise.NONE) & (sc_end > size))):
                     self._fail(m, r, ErrorCode.BUFFER_OVERFLOW)
