@@ -77,9 +77,9 @@ class GlobalAvgPool(wiring.Component):
     Timing: one input beat per cycle. The output beat of a block is ready ``lanes +``
     :attr:`Requantizer.LATENCY <sfnpu.hw.requant.Requantizer.LATENCY>` ``+ 1`` cycles after
     its last input beat; the last beat of the next block waits until that output has left
-    (blocks whose last beats are at least ``lanes + 7`` beats apart never wait when the output
-    is not stalled: with ``blocks = 1`` blocks of ``in_h · in_w ≥ lanes + 7`` pixels, with
-    several blocks last-row segments of ``in_w ≥ lanes + 7`` pixels; the other rows never
+    (blocks whose last beats are at least ``lanes + LATENCY + 2`` beats apart never wait when
+    the output is not stalled: with ``blocks = 1`` blocks of ``in_h · in_w`` at least that many
+    pixels, with several blocks last-row segments of ``in_w`` that wide; the other rows never
     wait).
     """
 

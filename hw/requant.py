@@ -63,8 +63,9 @@ class Requantizer(wiring.Component):
     Subnormal and zero multipliers give ``rint(·) = 0`` (``|acc · m| < 2⁻⁹⁵``).
 
     Timing: fully pipelined, one input per cycle, no back-pressure; the result of the inputs
-    applied in cycle *k* is on ``y`` in cycle *k* + :attr:`LATENCY` (5). Stages:
-    1. int32 → float32 (magnitude, leading one, normalise, round to 24 bits);
+    applied in cycle *k* is on ``y`` in cycle *k* + :attr:`LATENCY` (6). Stages:
+    0. the magnitude of ``acc`` and its leading one;
+    1. int32 → float32 (normalise, round to 24 bits);
     2. 24×24-bit significand product and exponent sum;
     3. round the 48-bit product to 24 bits (the float32 product);
     4. round to an integer (or 0 / saturate, by exponent), apply the sign;
@@ -72,7 +73,7 @@ class Requantizer(wiring.Component):
     """
 
     #: Cycles from ``acc`` to ``y``.
-    LATENCY = 5
+    LATENCY = 6
 
     def __init__(self, width: int = 9):
         if not 2 <= width <= 24:
@@ -110,7 +111,7 @@ class Requantizer(wiring.Component):
         def delay(value, cycles, name):
             return pipeline.delay(m, value, cycles, name)
 
-        # -- stage 1: int32 → float32 (round to nearest even) ---------------------------------
+        # -- stage 0: |acc| and its leading zeros ---------------------------------------------
         acc_negative = self.acc[31]
         magnitude = Signal(32)              # |−2³¹| = 2³¹ still fits unsigned
         m.d.comb += magnitude.eq(Mux(acc_negative, -self.acc, self.acc))
@@ -118,26 +119,36 @@ class Requantizer(wiring.Component):
         for bit in range(32):               # later assignments win: the highest set bit
             with m.If(magnitude[bit]):
                 m.d.comb += leading_zeros.eq(31 - bit)
-        normalised = Signal(32)             # leading one moved to bit 31
-        m.d.comb += normalised.eq(magnitude << leading_zeros)
-        rounded = self.round_half_even(normalised, 32 - 24)       # 25 bits
-        # A carry out of the significand (…111.1 → 1000…) bumps the exponent; the significand
-        # is then exactly 2^23 (rounded >> 1).
-        acc_carry = rounded[24]
-        acc_significand = Mux(acc_carry, rounded[1:], rounded[:24])
-        acc_exponent = 31 - leading_zeros + acc_carry   # float32(|acc|) in [2^e, 2^e+1)
 
         m_sign = self.multiplier[31]
         m_exponent_bits = self.multiplier[_MANTISSA_BITS:31]
         m_fraction = self.multiplier[:_MANTISSA_BITS]
 
+        s0_magnitude = stage(magnitude, "s0_magnitude", 32)
+        s0_leading_zeros = stage(leading_zeros, "s0_leading_zeros", range(32))
+        s0_zero = stage((magnitude == 0) | (m_exponent_bits == 0), "s0_zero")
+        s0_invalid = stage(m_exponent_bits == 0xFF, "s0_invalid")
+        s0_negative = stage(acc_negative ^ m_sign, "s0_negative")
+        s0_m_exponent = stage(m_exponent_bits, "s0_m_exponent")
+        s0_m_significand = stage(Cat(m_fraction, Const(1, 1)), "s0_m_significand")
+
+        # -- stage 1: int32 → float32 (normalise, round to nearest even) ----------------------
+        normalised = Signal(32)             # leading one moved to bit 31
+        m.d.comb += normalised.eq(s0_magnitude << s0_leading_zeros)
+        rounded = self.round_half_even(normalised, 32 - 24)       # 25 bits
+        # A carry out of the significand (…111.1 → 1000…) bumps the exponent; the significand
+        # is then exactly 2^23 (rounded >> 1).
+        acc_carry = rounded[24]
+        acc_significand = Mux(acc_carry, rounded[1:], rounded[:24])
+        acc_exponent = 31 - s0_leading_zeros + acc_carry   # float32(|acc|) in [2^e, 2^e+1)
+
         s1_significand = stage(acc_significand, "s1_significand", 24)
         s1_exponent = stage(acc_exponent, "s1_exponent", range(33))
-        s1_zero = stage((magnitude == 0) | (m_exponent_bits == 0), "s1_zero")
-        s1_invalid = stage(m_exponent_bits == 0xFF, "s1_invalid")
-        s1_negative = stage(acc_negative ^ m_sign, "s1_negative")
-        s1_m_exponent = stage(m_exponent_bits, "s1_m_exponent")
-        s1_m_significand = stage(Cat(m_fraction, Const(1, 1)), "s1_m_significand")
+        s1_zero = stage(s0_zero, "s1_zero")
+        s1_invalid = stage(s0_invalid, "s1_invalid")
+        s1_negative = stage(s0_negative, "s1_negative")
+        s1_m_exponent = stage(s0_m_exponent, "s1_m_exponent")
+        s1_m_significand = stage(s0_m_significand, "s1_m_significand")
 
         # -- stage 2: significand product ------------------------------------------------------
         # float32(acc) = A·2^(e−23), m = M·2^(E−127−23), A, M ∈ [2^23, 2^24): the exact product
@@ -187,9 +198,9 @@ class Requantizer(wiring.Component):
         s4_invalid = stage(s3_invalid, "s4_invalid")
 
         # -- stage 5: zero point and clamp ---------------------------------------------------
-        zero_point = delay(self.zero_point, 4, "zero_point")
-        lo = delay(self.lo, 4, "lo")
-        hi = delay(self.hi, 4, "hi")
+        zero_point = delay(self.zero_point, self.LATENCY - 1, "zero_point")
+        lo = delay(self.lo, self.LATENCY - 1, "lo")
+        hi = delay(self.hi, self.LATENCY - 1, "hi")
         shifted = Signal(signed(K + 2))            # |value| ≤ 2^K, |zp| ≤ 2^(K−1)
         m.d.comb += shifted.eq(s4_value + zero_point)
         raised = Mux(shifted < lo, lo, shifted)
@@ -197,6 +208,6 @@ class Requantizer(wiring.Component):
         m.d.sync += [
             self.y.eq(clamped),
             self.invalid.eq(s4_invalid),
-            self.y_valid.eq(delay(self.valid, 4, "valid")),
+            self.y_valid.eq(delay(self.valid, self.LATENCY - 1, "valid")),
         ]
         return m

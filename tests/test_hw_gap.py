@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from sfnpu.hw.gap import GlobalAvgPool
+from sfnpu.hw.requant import Requantizer
 from sfnpu.numeric import global_avg_pool_codes, global_avg_pool_multiplier, qrange
 from stream_bench import beats_of, interleaved_beats_of, run_streams, tensor_of
 
@@ -245,12 +246,14 @@ def test_one_block_on_a_multi_block_instance():
 
 
 def test_interleaved_throughput_one_beat_per_cycle():
-    """Three blocks of 4 × 15 pixels (last-row segments of lanes + 7): no input wait."""
+    """Three blocks of 4 × 16 pixels (last-row segments of lanes + the requantiser's
+    latency + 2): no input wait."""
     rng = np.random.default_rng(13)
-    lanes, h, w = 8, 4, 15
+    lanes, h = 8, 4
+    w = lanes + Requantizer.LATENCY + 2
     x, config, expected = interleaved_group(rng, lanes, 24, h, w, True, True, "onnxruntime")
     dut = GlobalAvgPool(lanes, max_height=8, max_width=16, max_blocks=3)
     run = run_streams(dut, {"i_stream": interleaved_beats_of(x, lanes)}, 3, config=config,
                       rng=rng, stall=0)
     assert np.array_equal(tensor_of(run.beats, 24, 1, 1, lanes, True), expected)
-    assert run.cycles <= 3 * h * w + lanes + 6 + 2
+    assert run.cycles <= 3 * h * w + lanes + Requantizer.LATENCY + 1 + 2
