@@ -226,9 +226,11 @@ class SumLane(wiring.Component):
     ``S`` read out as a float (exact). The caller sequences the stages (``b_first``: the
     element in stage B starts a window; ``c_valid``: stage C holds an element): an element's
     code in cycle *t* is in stage B in cycle *t* + :attr:`TO_B`. Elements come at most every
-    other cycle, so that B finds the previous element's S."""
+    other cycle, so that B finds the previous element's S. The float outputs show ``S``
+    :attr:`READ_OUT` cycles after it is final."""
 
     TO_B = 2
+    READ_OUT = 1
 
     def __init__(self):
         super().__init__({
@@ -272,20 +274,23 @@ class SumLane(wiring.Component):
         with m.If(self.c_valid):
             m.d.sync += s.eq(Mux(c_sum < 0, -rounded, rounded))
 
-        # S as a float: sign, significand (exact: S has at most 24 significant bits), exponent.
-        s_magnitude = Signal(_S_BITS)
-        m.d.comb += s_magnitude.eq(Mux(s < 0, -s, s))
+        # S as a float: sign, significand (exact: S has at most 24 significant bits), exponent;
+        # |S| and its leading zeros registered (READ_OUT), then normalised.
+        magnitude = Signal(_S_BITS)
+        m.d.comb += magnitude.eq(Mux(s < 0, -s, s))
         leading_zeros = Signal(range(_S_BITS))
         for bit in range(_S_BITS):                 # later assignments win: the highest one
-            with m.If(s_magnitude[bit]):
+            with m.If(magnitude[bit]):
                 m.d.comb += leading_zeros.eq(_S_BITS - 1 - bit)
+        s_magnitude = Signal(_S_BITS)
+        s_zeros = Signal(range(_S_BITS))
+        m.d.sync += [s_magnitude.eq(magnitude), s_zeros.eq(leading_zeros),
+                     self.negative.eq(s < 0), self.zero.eq(s == 0)]
         normalised = Signal(_S_BITS)
         m.d.comb += [
-            normalised.eq(s_magnitude << leading_zeros),
+            normalised.eq(s_magnitude << s_zeros),
             self.sig.eq(normalised[_S_BITS - _SIG:]),
-            self.exp.eq(self.x_exponent + (_S_BITS - _SIG) - leading_zeros),
-            self.negative.eq(s < 0),
-            self.zero.eq(s == 0),
+            self.exp.eq(self.x_exponent + (_S_BITS - _SIG) - s_zeros),
         ]
         return m
 
@@ -425,14 +430,14 @@ class AvgPool(wiring.Component):
     Timing: the input is taken one beat per cycle while a line buffer is free: the buffers
     hold rows ``max(u, 0) … max(u, 0) + 2`` of the output row being computed (``u = oy·stride −
     pad``), so input rows beyond those wait until the row's windows have been read. An output
-    pixel whose window has ``m`` input elements costs ``2m + 5`` cycles to sum (one element
+    pixel whose window has ``m`` input elements costs ``2m + 6`` cycles to sum (one element
     every other cycle: the sum's add and rounding are separate stages) and each division
     ``⌈25 / divider_bits⌉ + 2``; summing and the two divisions run concurrently on consecutive
     pixels, so an output row of ``blocks · out_w`` pixels takes about
-    ``blocks · out_w · max(2m + 5, ⌈25 / divider_bits⌉ + 2)`` cycles plus the input rows that
+    ``blocks · out_w · max(2m + 6, ⌈25 / divider_bits⌉ + 2)`` cycles plus the input rows that
     could not be taken meanwhile (2×2 windows, stride 2, ``divider_bits = 2``: 15 cycles per
-    output pixel, 17 with the input; 3×3 windows: 23). Latency from a window's last input
-    element to its output: ``2m + 5 + 2·(⌈25 / divider_bits⌉ + 2) + 2`` cycles at most (the
+    output pixel, 17 with the input; 3×3 windows: 24). Latency from a window's last input
+    element to its output: ``2m + 6 + 2·(⌈25 / divider_bits⌉ + 2) + 2`` cycles at most (the
     last two: the requantiser's stages, :attr:`QuantizeLane.LATENCY`).
     """
 
@@ -490,7 +495,10 @@ class AvgPool(wiring.Component):
         sum_ready = Signal()                                   # the hold takes S this cycle
         row_walked = Signal()                                  # an output row is complete
         self._walker(m, rows, walk, pipe, hold_valid, sum_ready, row_walked)
-        with m.If(pipe.c_valid & pipe.c_last):
+        # The sum is done once the lanes' float read-out shows it.
+        summed = Signal(SumLane.READ_OUT)
+        m.d.sync += summed.eq(Cat(pipe.c_valid & pipe.c_last, summed[:-1]))
+        with m.If(summed[-1]):
             m.d.sync += pipe.sum_done.eq(1)
         with m.Elif(sum_ready):
             m.d.sync += pipe.sum_done.eq(0)

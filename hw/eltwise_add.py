@@ -136,7 +136,8 @@ class EltwiseAddLane(wiring.Component):
     Configuration inputs must be stable while the pipeline holds a valid input.
 
     Timing: fully pipelined, one input per (enabled) cycle; ``y`` follows its inputs after
-    :attr:`LATENCY` (14) cycles. Stages, for each fused multiply-add ``m·x + c`` (1–6:
+    :attr:`LATENCY` (15) cycles. Stage 0 registers the codes and the decoded constants;
+    then, for each fused multiply-add ``m·x + c`` (1–6:
     ``u = fma(b, r_b, fixed)``, 7–12: ``t = fma(a, r_a, u)``):
     1. ``|m|`` × 24-bit significand of ``x`` (≤ 32 bits); ``c`` aligned to it in the window;
     2. sum or difference of product and addend (exact but for the sticky bit);
@@ -148,7 +149,7 @@ class EltwiseAddLane(wiring.Component):
     """
 
     #: Cycles from the inputs to ``y``.
-    LATENCY = 14
+    LATENCY = 15
 
     #: Round to nearest, ties to even, at a fixed bit position (shared with the requantiser;
     #: overridable, so a test can check that a broken rounding is caught).
@@ -287,15 +288,21 @@ class EltwiseAddLane(wiring.Component):
             valid = stage(valid, f"valid_{index + 1}")
         m.d.sync += self.y_valid.eq(valid)
 
-        # The constants are configuration: decoded once (combinationally, identical in every
-        # lane, so synthesis keeps one copy), used by stages 1 and 7.
-        r_a, r_a_special = _Float.decode(m, self.r_a, "r_a")
-        r_b, r_b_special = _Float.decode(m, self.r_b, "r_b")
-        fixed, fixed_special = _Float.decode(m, self.fixed, "fixed")
-        constant_special = r_a_special | r_b_special | fixed_special
+        # -- stage 0: the codes, and the constants decoded (a subnormal's normalisation would
+        # otherwise run into stage 1's multipliers). The constants are configuration, identical
+        # in every lane (synthesis keeps one copy), used by stages 1 and 7.
+        def decoded(bits, name):
+            value, special = _Float.decode(m, bits, name)
+            return _Float(*(stage(getattr(value, field), f"s0_{name}_{field}") for field in
+                            ("zero", "negative", "exponent", "significand"))), special
 
-        a_value = Mux(self.a_signed, self.a.as_signed(), self.a)
-        b_value = Mux(self.b_signed, self.b.as_signed(), self.b)
+        r_a, r_a_special = decoded(self.r_a, "r_a")
+        r_b, r_b_special = decoded(self.r_b, "r_b")
+        fixed, fixed_special = decoded(self.fixed, "fixed")
+        constant_special = stage(r_a_special | r_b_special | fixed_special, "s0_special")
+
+        a_value = stage(Mux(self.a_signed, self.a.as_signed(), self.a), "s0_a")
+        b_value = stage(Mux(self.b_signed, self.b.as_signed(), self.b), "s0_b")
         a_delayed = delay(a_value, 6, "a")
 
         # -- stages 1–6: u = fma(b, r_b, fixed) --------------------------------------------------
@@ -368,7 +375,7 @@ class EltwiseAdd(wiring.Component):
     Configuration may change only between groups: once every input beat has been accepted
     and every output beat delivered.
 
-    Timing: one beat per cycle; latency :attr:`LATENCY` (14) cycles. A beat enters when both
+    Timing: one beat per cycle; latency :attr:`LATENCY` (15) cycles. A beat enters when both
     input streams offer one; a stall on ``o_stream`` freezes the lanes' pipelines (clock
     enable), so nothing inside is lost or duplicated.
     """

@@ -139,7 +139,7 @@ def test_window_sum_matches_float32_on_verilator():
     signed = rng.integers(0, 2, windows)
     zps = np.where(signed, rng.integers(-128, 128, windows), rng.integers(0, 256, windows))
     scales = scale_choices(rng, windows)
-    period = 2 * 9 + 2 + SumLane.TO_B
+    period = 2 * 9 + 2 + SumLane.TO_B + SumLane.READ_OUT
     n = windows * period
     vectors = {name: np.zeros(n, np.int64) for name in
                ("code", "in_signed", "x_zp", "x_significand", "x_exponent", "b_first",
@@ -163,7 +163,8 @@ def test_window_sum_matches_float32_on_verilator():
         vectors["x_exponent"][span] = exp[k]
     harness = VectorHarness(SumLane(), "avgpool_sum_lane", BUILD / "sum_lane")
     out = harness.run(vectors)
-    sample = np.arange(windows) * period + 2 * (sizes - 1) + SumLane.TO_B + 2
+    sample = np.arange(windows) * period + 2 * (sizes - 1) + SumLane.TO_B + 2 \
+        + SumLane.READ_OUT
     expected = np.zeros(windows, F32)
     for k, window in enumerate(codes):
         s = F32(0)

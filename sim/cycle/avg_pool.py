@@ -20,8 +20,8 @@ class AvgPool:
     buffers keep rows ``max(u, 0)`` … ``+ 2`` of the output row being walked, ``u`` its first
     window row) and once the row's words have come through the post stages ahead of it.
 
-    Walk: a window of ``m`` elements takes ``2m + 5`` cycles from NEXT to its sum (NEXT, an
-    element every other cycle, the sum's four stages, SUM); the sum waits in SUM while the
+    Walk: a window of ``m`` elements takes ``2m + 6`` cycles from NEXT to its sum (NEXT, an
+    element every other cycle, the sum's four stages, its read-out, SUM); the sum waits in SUM while the
     hand-over register is full, and the first divider empties it when idle (one division every
     ``iterations + 2`` cycles). An output row's first window starts once its last row is stored.
 
@@ -49,8 +49,8 @@ class AvgPool:
         self.to_pool = model.result_latency + stages + 2
         self.divide = Float32Divider.iterations(model.AVG_DIVIDER_BITS) + 2
         # NEXT → the window's sum: an element every other cycle, its product stages to B,
-        # then B, C and SUM.
-        self.walk_extra = SumLane.TO_B + 2
+        # then B, C, the float read-out and SUM.
+        self.walk_extra = SumLane.TO_B + 2 + SumLane.READ_OUT
         # The second division's result → the write buffer: the requantiser's stages, the
         # output register, the write buffer.
         self.output_extra = QuantizeLane.LATENCY + 2
