@@ -73,12 +73,13 @@ class ActivationTable(wiring.Component):
     Configuration and table contents may change only between groups: once every input beat
     has been accepted and every output beat delivered.
 
-    Timing: one beat per cycle; latency one cycle (the table memories' read register). A stall
-    on ``o_stream`` holds the looked-up beat and stalls ``i_stream``. Bypass has no latency.
+    Timing: one beat per cycle; latency :attr:`LATENCY` (the table memories' read register,
+    then an output register). A stall on ``o_stream`` holds both stages and stalls
+    ``i_stream``. Bypass has no latency.
     """
 
     #: Cycles from an accepted input beat to its output beat (when not stalled).
-    LATENCY = 1
+    LATENCY = 2
 
     def __init__(self, lanes: int, *, per_channel: bool = False, max_channels: int | None = None,
                  write_bytes: int = 1):
@@ -129,8 +130,11 @@ class ActivationTable(wiring.Component):
             write_code = self.write_addr[lane_bits:lane_bits + 8]
             write_block = self.write_addr[lane_bits + 8:]
 
+        # Two stages, moving together: the memories' read registers, then the output register
+        # (a block RAM's output drives no logic in the cycle it is read).
         looked_up_valid = Signal()          # the memories' read registers hold a beat
-        advance = ~looked_up_valid | self.o_stream.ready
+        out_valid = Signal()                # the output register holds a beat
+        advance = ~out_valid | self.o_stream.ready
 
         # Shared table: W codes per word of each lane's copy; the looked-up code's byte is
         # selected behind the memory's read register.
@@ -167,17 +171,21 @@ class ActivationTable(wiring.Component):
                     with m.If(advance):
                         m.d.sync += byte.eq(code[:code_bits])
                     looked_up = read.data.word_select(byte, 8)
-            m.d.comb += read.en.eq(advance)        # a stalled output keeps its looked-up value
+            m.d.comb += read.en.eq(advance)        # a stall keeps both stages' values
+            out = Signal(8, name=f"out_{lane}")
+            with m.If(advance):
+                m.d.sync += out.eq(looked_up)
             with m.If(self.enable):
-                m.d.comb += self.o_stream.payload[lane].eq(looked_up)
+                m.d.comb += self.o_stream.payload[lane].eq(out)
 
         with m.If(self.enable):
             m.d.comb += [
                 self.i_stream.ready.eq(advance),
-                self.o_stream.valid.eq(looked_up_valid),
+                self.o_stream.valid.eq(out_valid),
             ]
             with m.If(advance):
-                m.d.sync += looked_up_valid.eq(self.i_stream.valid)
+                m.d.sync += [looked_up_valid.eq(self.i_stream.valid),
+                             out_valid.eq(looked_up_valid)]
         with m.Else():
             m.d.comb += pass_through(self.i_stream, self.o_stream)
         return m
