@@ -103,13 +103,13 @@ class DmaEngine(wiring.Component):
     read_bytes, write_bytes : Out(range(bus bytes + 1))
         DRAM bytes moved in this cycle (see the module docstring).
 
-    Timing: a command accepted in cycle *c* issues its first burst address in cycle *c* + 2
-    (:attr:`ISSUE_LATENCY`); further bursts follow one per cycle while fewer than
+    Timing: a command accepted in cycle *c* issues its first burst address in cycle *c* + 3
+    (:attr:`ISSUE_LATENCY`: a cycle pending, a cycle with its engine); further bursts follow one per cycle while fewer than
     ``*_outstanding`` are in flight. Read beats pass from R to ``read_data`` combinationally.
     """
 
     #: Cycles from an accepted command to its first AR/AW valid.
-    ISSUE_LATENCY = 2
+    ISSUE_LATENCY = 3
     #: Cycles from the last beat of a burst to the next AR/AW valid when the outstanding
     #: limit held it back.
     REISSUE_LATENCY = 2
@@ -181,10 +181,13 @@ class DmaEngine(wiring.Component):
         m = Module()
         failed = Signal()
         raise_error = []                              # (condition, code, address), by priority
-        decoded = self._decode(m)
+        pending = SimpleNamespace(valid=Signal(), payload=Signal(self.cmd.payload.shape()))
+        pending.read = pending.valid & (pending.payload.direction == Direction.READ)
+        pending.write = pending.valid & (pending.payload.direction == Direction.WRITE)
+        decoded = self._decode(m, pending.payload)
         rd = self._read_channel(m, failed, raise_error)
         wr = self._write_channel(m, failed, raise_error)
-        self._accept(m, decoded, failed, raise_error, rd, wr)
+        self._accept(m, pending, decoded, failed, raise_error, rd, wr)
         self._watchdog(m, raise_error, rd, wr)
 
         # -- error state: the first error wins; the listed order breaks ties ------------------
@@ -198,8 +201,8 @@ class DmaEngine(wiring.Component):
             with m.If(condition):
                 m.d.sync += [rd.left.eq(0), wr.left.eq(0)]
 
-        read_busy = (rd.left != 0) | (rd.outstanding != 0)
-        write_busy = (wr.left != 0) | (wr.outstanding != 0)
+        read_busy = (rd.left != 0) | (rd.outstanding != 0) | pending.read
+        write_busy = (wr.left != 0) | (wr.outstanding != 0) | pending.write
         m.d.comb += [
             self.read_busy.eq(read_busy),
             self.write_busy.eq(write_busy),
@@ -211,12 +214,11 @@ class DmaEngine(wiring.Component):
                          self.error_addr.eq(0)]
         return m
 
-    def _decode(self, m):
+    def _decode(self, m, cmd):
         """Command decode: the word range of the command and the window check."""
         B = self.bus_bytes
         size_log2 = B.bit_length() - 1
         word_bits = self.addr_width - size_log2
-        cmd = self.cmd.payload
         end = Signal(self.addr_width + 1)
         first_word = Signal(word_bits)
         end_word = Signal(word_bits + 2)              # first word after the range
@@ -367,15 +369,21 @@ class DmaEngine(wiring.Component):
                    - Mux(first_beat, burst.head, 0)) if size_log2 else B
         return strobes, written
 
-    def _accept(self, m, decoded, failed, raise_error, rd, wr):
-        """Accepting commands: the idle engine of their direction, or a window error."""
-        cmd = self.cmd.payload
+    def _accept(self, m, pending, decoded, failed, raise_error, rd, wr):
+        """Accepting commands: the idle engine of their direction, or a window error. An
+        accepted command waits a cycle in ``pending`` (the producer's address arithmetic and
+        this decode do not share a cycle), then its engine takes it."""
+        cmd = pending.payload
         size_log2 = self.bus_bytes.bit_length() - 1
         first_word, end_word = decoded.first_word, decoded.end_word
         is_write = cmd.direction == Direction.WRITE
-        engine_free = Mux(is_write, wr.left == 0, rd.left == 0)
+        incoming_write = self.cmd.payload.direction == Direction.WRITE
+        engine_free = Mux(incoming_write, (wr.left == 0) & ~pending.write,
+                          (rd.left == 0) & ~pending.read)
         m.d.comb += self.cmd.ready.eq(engine_free | failed)
-        accept = self.cmd.valid & self.cmd.ready & ~failed & (cmd.length != 0)
+        m.d.sync += [pending.valid.eq(self.cmd.valid & self.cmd.ready & ~failed),
+                     pending.payload.eq(self.cmd.payload)]
+        accept = pending.valid & ~failed & (cmd.length != 0)
         with m.If(accept & decoded.in_window):
             with m.If(is_write):
                 m.d.sync += [
