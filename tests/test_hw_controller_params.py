@@ -8,10 +8,12 @@ import numpy as np
 from amaranth.sim import Simulator
 
 from sfnpu import layout
-from sfnpu.hw.controller.common import POST_WORDS, align16
+from sfnpu.config import get_config
+from sfnpu.hw.controller.common import POST_WORDS, param_aligned
 from sfnpu.hw.controller.params import ParamStore
 
-TO, BUS, BLOCKS = 4, 4, 2
+CONFIG = get_config("ecp5-ulx3s")            # To = 4, a 4-byte bus
+TO, BUS, BLOCKS = CONFIG.to, CONFIG.dram_bus_bytes, 2
 
 
 def test_parameter_block_into_the_stores():
@@ -23,8 +25,8 @@ def test_parameter_block_into_the_stores():
     wzp = rng.integers(0, 256, cp, dtype=np.uint64)
     post = rng.integers(0, 1 << 32, POST_WORDS, dtype=np.uint64)
     table = rng.integers(0, 256, 256, dtype=np.uint8)
-    post_off = align16(cp * 9)
-    act_off = align16(post_off + layout.POST_RECORD.itemsize)
+    post_off = param_aligned(cp * 9, CONFIG)
+    act_off = param_aligned(post_off + layout.POST_RECORD.itemsize, CONFIG)
     block = bytearray(act_off + 256)
     block[0:4 * cp] = bias.astype("<u4").tobytes()
     block[4 * cp:8 * cp] = mult.astype("<u4").tobytes()
