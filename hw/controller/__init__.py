@@ -4,8 +4,8 @@ The controller is a package of components composed by :class:`GroupController`
 (:mod:`.top`); the run and the compute phase are described there.
 """
 
-from .common import INSTRUCTION_BYTES, POST_WORDS, RESULT_FIFO_DEPTH, results_in_flight
+from .common import INSTRUCTION_BYTES, POST_WORDS, result_fifo_depth, results_in_flight
 from .top import GroupController
 
-__all__ = ["GroupController", "INSTRUCTION_BYTES", "POST_WORDS", "RESULT_FIFO_DEPTH",
+__all__ = ["GroupController", "INSTRUCTION_BYTES", "POST_WORDS", "result_fifo_depth",
            "results_in_flight"]

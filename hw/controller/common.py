@@ -12,7 +12,7 @@ from sfnpu import isa, layout
 from ..conv_array import array_latency
 from ..requant import Requantizer
 
-__all__ = ["INSTRUCTION_BYTES", "POST_WORDS", "RESULT_FIFO_DEPTH", "results_in_flight",
+__all__ = ["INSTRUCTION_BYTES", "POST_WORDS", "result_fifo_depth", "results_in_flight",
            "FLOAT32_ONE", "TAG_INPUT", "TAG_WEIGHTS", "TAG_SHORTCUT", "TAG_PREFETCH",
            "ISA", "log2", "param_aligned", "one_hot", "post_word", "stage_zp", "stage_signed",
            "code_types", "fetch_beats", "shifted_in", "aligned_instruction", "next_chunk"]
@@ -20,8 +20,6 @@ __all__ = ["INSTRUCTION_BYTES", "POST_WORDS", "RESULT_FIFO_DEPTH", "results_in_f
 INSTRUCTION_BYTES = isa.WORDS * isa.WORD_BITS // 8
 #: The post record (:data:`sfnpu.layout.POST_RECORD`) as 32-bit words.
 POST_WORDS = layout.POST_RECORD.itemsize // 4
-#: Words of the result FIFO between the requantisers and the post-processing chain.
-RESULT_FIFO_DEPTH = 32
 
 
 def results_in_flight(config) -> int:
@@ -30,6 +28,15 @@ def results_in_flight(config) -> int:
     would overflow it."""
     from .accumulator import Accumulator
     return array_latency(config) + Accumulator.LATENCY + Requantizer.LATENCY + 2
+
+
+def result_fifo_depth(config) -> int:
+    """Words of the result FIFO between the requantisers and the post-processing chain: 32,
+    or the power of two above twice the results in flight (a deeper array, kcu1500's)."""
+    depth = 32
+    while depth <= 2 * results_in_flight(config):
+        depth *= 2
+    return depth
 
 
 ISA = data.Layout.cast(isa.InstructionLayout)

@@ -113,7 +113,7 @@ from ..dma import DmaEngine
 from .accumulator import Accumulator
 from .arbiter import CommandArbiter
 from .buffers import FeatureBuffers
-from .common import RESULT_FIFO_DEPTH, code_types, results_in_flight
+from .common import code_types, result_fifo_depth, results_in_flight
 from .params import ParamStore
 from .post import PostChain
 from .prefetch import WeightPrefetch
@@ -202,7 +202,7 @@ class GroupController(wiring.Component):
         m.submodules.datapath = dp = ResetInserter(seq.flush)(ConvDatapath(cfg))
         m.submodules.accumulator = acc = Accumulator(To, self.psum_words, cb_max)
         m.submodules.result_fifo = result_fifo = ResetInserter(seq.flush)(
-            SyncFIFO(width=8 * L, depth=RESULT_FIFO_DEPTH))
+            SyncFIFO(width=8 * L, depth=result_fifo_depth(cfg)))
         m.submodules.post = chain = PostChain(
             L, B, psum_words=self.psum_words, pool_row_pixels=self.pool_row_pixels,
             max_blocks=cb_max)
@@ -413,8 +413,7 @@ class GroupController(wiring.Component):
         # still in flight (array, partial-sum stage, requantiser): the array's output never
         # overflows it.
         in_flight = results_in_flight(self.config)
-        assert RESULT_FIFO_DEPTH > 2 * in_flight
-        m.d.comb += dp.hold.eq(result_fifo.level + in_flight >= RESULT_FIFO_DEPTH)
+        m.d.comb += dp.hold.eq(result_fifo.level + in_flight >= result_fifo_depth(self.config))
         wiring.connect(m, result_fifo.r_stream, chain.i_stream)
         wiring.connect(m, u.shortcut.o_stream, chain.s_stream)
         wiring.connect(m, chain.o_stream, u.writer.i_stream)

@@ -32,7 +32,7 @@ class AvgPool:
 
     def __init__(self, model: CycleModel, plan: ChunkPlan, stages: int):
         from sfnpu.hw.avgpool import _MAX_KERNEL, Float32Divider, QuantizeLane, SumLane
-        from sfnpu.hw.controller import RESULT_FIFO_DEPTH, results_in_flight
+        from sfnpu.hw.controller import result_fifo_depth, results_in_flight
 
         instr, s, obs = plan.instr, plan.s, plan.obs
         self.k, self.stride, self.pad = instr.pool_size, instr.pool_stride, instr.pool_pad
@@ -43,7 +43,7 @@ class AvgPool:
         self.first_step = plan.first_step        # a pass's first result: its pixel's last step
         self.pixel_step = plan.pixel_step
         self.in_flight = results_in_flight(model.config)
-        self.hold_level = RESULT_FIFO_DEPTH - self.in_flight
+        self.hold_level = result_fifo_depth(model.config) - self.in_flight
         self.stages = stages                    # post stages ahead of the pool: a word each
         # A step's result: result FIFO (result_latency + 1), the stages, then taken.
         self.to_pool = model.result_latency + stages + 2

@@ -32,12 +32,12 @@ class ShortcutReader:
     Streamed weights: the array's passes wait on the weight stream, which takes the bus first,
     so the shortcut's segments can fall behind the results. The results then wait in the
     result FIFO, and the datapath holds (hw.controller: result_fifo.level + in_flight ≥
-    RESULT_FIFO_DEPTH) until the ADD has taken enough of them: :meth:`run_pass` times each
+    result_fifo_depth) until the ADD has taken enough of them: :meth:`run_pass` times each
     pass with that hold."""
 
     def __init__(self, model: CycleModel, plan: ChunkPlan, dram: CommandArbiter):
         from sfnpu.hw.act_table import ActivationTable
-        from sfnpu.hw.controller import RESULT_FIFO_DEPTH, results_in_flight
+        from sfnpu.hw.controller import result_fifo_depth, results_in_flight
 
         instr, s, L = plan.instr, plan.s, model.L
         self.plan, self.dram = plan, dram
@@ -64,7 +64,7 @@ class ShortcutReader:
         self.word_cycles = ceil((L // model.B) * model.beat)      # bus cycles of one word
         self.word_beats = L // model.B
         # The datapath holds while the result FIFO holds hold_level results or more.
-        self.hold_level = RESULT_FIFO_DEPTH - results_in_flight(model.config)
+        self.hold_level = result_fifo_depth(model.config) - results_in_flight(model.config)
         self.scale_ready = 0
         if instr.eltwise == Eltwise.CHANNEL_SCALE:
             self.scale_ready = dram.finish(dram.read(0, self.address, plan.obs * L, 1, 0,
