@@ -104,8 +104,9 @@ class DmaEngine(wiring.Component):
         DRAM bytes moved in this cycle (see the module docstring).
 
     Timing: a command accepted in cycle *c* issues its first burst address in cycle *c* + 3
-    (:attr:`ISSUE_LATENCY`: a cycle pending, a cycle with its engine); further bursts follow one per cycle while fewer than
-    ``*_outstanding`` are in flight. Read beats pass from R to ``read_data`` combinationally.
+    (:attr:`ISSUE_LATENCY`: a cycle pending, a cycle with its engine); further bursts follow
+    one per cycle while fewer than ``*_outstanding`` are in flight. Read beats pass from R to
+    ``read_data`` combinationally.
     """
 
     #: Cycles from an accepted command to its first AR/AW valid.

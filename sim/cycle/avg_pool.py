@@ -21,9 +21,9 @@ class AvgPool:
     window row) and once the row's words have come through the post stages ahead of it.
 
     Walk: a window of ``m`` elements takes ``2m + 6`` cycles from NEXT to its sum (NEXT, an
-    element every other cycle, the sum's four stages, its read-out, SUM); the sum waits in SUM while the
-    hand-over register is full, and the first divider empties it when idle (one division every
-    ``iterations + 2`` cycles). An output row's first window starts once its last row is stored.
+    element every other cycle, the sum's four stages, its read-out, SUM); the sum waits in SUM
+    while the hand-over register is full, and the first divider empties it when idle (one
+    division every ``iterations + 2`` cycles). An output row's first window starts once its last row is stored.
 
     Hold: while the pool walks, the stages ahead of it fill (a word each), then the result
     FIFO up to the datapath's hold level; the array stops ``in_flight`` steps after the step
