@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
+from .row_products import rows_as_pixels
 from .ir import (Graph, InputTaps, Node, QType, Tensor, channel_pad_conv, check,
                  space_to_depth_conv)
 
@@ -30,8 +31,10 @@ __all__ = ["ModelError", "HostPlan", "Imported", "Classification", "load_model",
 #: ONNX operators the accelerator executes (between QuantizeLinear/DequantizeLinear).
 SUPPORTED_OPS = {
     "Conv": "normal and depthwise, kernel ≤ 7, stride 1/2, any padding, dilation 1",
-    "Gemm": "constant weights (runs as a 1x1 or HxW convolution)",
-    "MatMul": "constant second operand (runs as a 1x1 convolution)",
+    "Gemm": "constant weights (runs as a 1x1 or HxW convolution; a (T, K) sequence as a 1x1 "
+            "convolution over T pixels)",
+    "MatMul": "constant second operand (runs as a 1x1 convolution, a sequence's rows as "
+              "pixels)",
     "MaxPool": "kernel 2/3, stride 1/2; k×k stride 1 'same' (SPP, SPPF) as a cascade of 3×3",
     "AveragePool": "kernel 2/3, stride 1/2",
     "GlobalAveragePool": "",
@@ -315,8 +318,11 @@ class Classification:
 
 
 def classify_nodes(src) -> Classification:
-    """Every node the accelerator can run, wherever it is: the tolerant import."""
-    model = prepared_model(src)
+    """Every node the accelerator can run, wherever it is: the tolerant import (of the model
+    with its row products as convolutions over pixels, :mod:`.row_products`)."""
+    model, rewritten = rows_as_pixels(prepared_model(src))
+    if rewritten:
+        model = shape_inference.infer_shapes(model, strict_mode=True)
     importer = _Importer(_Model(model), tolerant=True)
     importer.walk()
     g = model.graph
