@@ -568,6 +568,27 @@ def test_row_products_run_as_convolutions_on_the_rtl(tmp_path, harness_tiny):
     runs_like_onnxruntime_on_the_rtl(program, path, net.samples(1, seed=2), harness_tiny)
 
 
+def test_conv_transpose_stays_on_the_host_with_the_reason(tmp_path):
+    """onnxruntime runs a QDQ ConvTranspose in float32, which exact integer sums cannot
+    reproduce bit for bit (studies/conv_transpose_rounding.py): the host runs it, saying so,
+    and the convolutions around it stay on the accelerator."""
+    net = Net((8, 4, 4), seed=4, name="deconv")
+    a = net.op("Relu", [net.conv("x", 8, 16, 3)])
+    w = net.const(np.random.default_rng(1).standard_normal((16, 8, 2, 2)) * 0.3)
+    up = net.op("ConvTranspose", [a, w], kernel_shape=[2, 2], strides=[2, 2])
+    path = tmp_path / "deconv.qdq.onnx"
+    quantize_model(net.model([net.conv(net.op("Relu", [up]), 8, 8, 3)], opset=13), path,
+                   CalibrationSource.synthetic(4, seed=1))
+    program = compile_partitioned(path, TINY)
+    (deconv,) = [n for n in program.host_nodes if n.macs]
+    assert deconv.op == "ConvTranspose" and "float32 ConvTranspose" in deconv.reason
+    assert len(program.accelerated) == 2
+    x = net.samples(1, seed=2)
+    want = run_onnxruntime(onnx.load(str(path)), {"x": x})
+    got = program.run({"x": x}, GoldenModel(TINY).outputs)
+    assert all(np.array_equal(want[k], got[k]) for k in want)
+
+
 #: Groups of each trained model's first accelerator image run on the RTL.
 SLICE_GROUPS = 6
 
