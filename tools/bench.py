@@ -192,6 +192,60 @@ def _partitioned_bench(workdir: Path, config_names=("kcu1500", "tiny")) -> list[
     return lines + [""]
 
 
+def _corpus_bench(workdir: Path, config_name: str = "tiny", held_out: int = 2) -> list[str]:
+    """Every trained model of the corpus on ``config_name`` (the command line's default),
+    quantised from 16 rendered inputs and run on ``held_out`` others: its nodes, groups,
+    host work, the accelerator's MAC share, the share of outputs identical to onnxruntime and
+    the golden model's time per input (host segments included); markdown lines."""
+    import collections
+
+    import onnx
+
+    from sfnpu.compiler.partition import compile_partitioned
+    from sfnpu.compiler.pipeline import Compiled, run_onnxruntime
+    from sfnpu.compiler.quantize import CalibrationSource, quantize_model
+    from sfnpu.models import real_models
+    from sfnpu.sim.golden import GoldenModel
+
+    config = get_config(config_name)
+    lines = [f"## Trained-model corpus on `{config_name}`", "",
+             f"Quantised from 16 rendered inputs; {held_out} held-out inputs run on the golden "
+             "model (host segments on onnxruntime) and on onnxruntime.", "",
+             "| model | wheel (exporter) | ONNX nodes | segments | groups | host nodes (ops) | "
+             "MACs on the accelerator | identical outputs | golden model s/input |",
+             "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
+    for name, spec in real_models.REAL_MODELS.items():
+        try:
+            x, _ = real_models.rendered_inputs(name, 16 + held_out, seed=0)
+            path = workdir / f"{name}.qdq.onnx"
+            quantize_model(real_models.real_model_path(name), path,
+                           CalibrationSource.arrays(x[:16], label="rendered images"))
+        except real_models.RealModelMissing as e:
+            lines.append(f"| {name} | not installed: {e} | | | | | | | |")
+            continue
+        reference = onnx.load(str(path))
+        program = compile_partitioned(path, config)
+        pieces = [program] if isinstance(program, Compiled) else [
+            s.compiled for s in program.accelerated]
+        groups = sum(len(p.program.instructions) for p in pieces)
+        host = collections.Counter(n.op for n in getattr(program, "host_nodes", ()))
+        golden, same, total, seconds = GoldenModel(config), 0, 0, 0.0
+        feed = reference.graph.input[0].name
+        for sample in x[16:]:
+            want = run_onnxruntime(reference, {feed: sample[None]})
+            t0 = time.perf_counter()
+            got = program.run({feed: sample[None]}, golden.outputs)
+            seconds += time.perf_counter() - t0
+            same += sum(int(np.count_nonzero(want[k] == got[k])) for k in want)
+            total += sum(want[k].size for k in want)
+        ops = ", ".join(f"{op} {n}" for op, n in host.most_common()) or "none"
+        lines.append(f"| {name} | `{spec.pip_package}` ({spec.exporter}) | "
+                     f"{len(reference.graph.node)} | {len(pieces)} | {groups} | "
+                     f"{sum(host.values())}: {ops} | {program.mac_share:.3%} | "
+                     f"{same / total:.2%} | {seconds / len(x[16:]):.2f} |")
+    return lines + [""]
+
+
 #: Networks of the tiling section: the bundled classifier and two detectors (random weights;
 #: YOLOv2's 3×3 convolutions over 1024 channels run in input-channel shares on ``ecp5``).
 TILING_MODELS = (("pplcnet_orientation", None), ("yolov3", 256), ("yolov2", 416))
@@ -323,6 +377,8 @@ def run_bench(out_dir: Path = Path("build/bench"), config_name: str = "kcu1500",
             progress.advance(task)
         progress.update(task, description=f"{DETECTOR}: partitioned golden model")
         partition_lines = _partitioned_bench(Path(tmp)) if models is None else []
+        progress.update(task, description="trained-model corpus: partitioned golden model")
+        partition_lines += _corpus_bench(Path(tmp)) if models is None else []
         progress.update(task, description="tiling: cycle model with and without tiles")
         partition_lines += _tiling_bench(Path(tmp)) if models is None else []
         progress.update(task, description="design-space sweep: serial and on Ray")
