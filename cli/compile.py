@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-import numpy as np
+from sfnpu.config import get_config
 
 from .common import console
 from .model_options import add_model_options, compile_from_args
@@ -14,13 +14,6 @@ HELP = "compile an ONNX model to a DRAM image and a report"
 def add_arguments(parser):
     add_model_options(parser)
     parser.add_argument("-o", "--output", required=True, help="output folder")
-
-
-def _zero_image(compiled) -> bytes:
-    """The program's image with its input section zeroed (`sfnpu run` fills it)."""
-    zeros = [np.zeros(compiled.graph.tensors[n].shape, compiled.graph.tensors[n].qtype.dtype)
-             for n in compiled.program.inputs]
-    return compiled.program.pack(zeros)
 
 
 def run(args) -> int:
@@ -37,14 +30,15 @@ def run(args) -> int:
         for k, segment in enumerate(program.segments):
             if isinstance(segment, AcceleratorSegment):
                 written.append(out / f"image{k}.bin")
-                written[-1].write_bytes(_zero_image(segment.compiled))
+                written[-1].write_bytes(segment.compiled.zero_image())
             else:
                 written.append(out / f"host{k}.onnx")
                 onnx.save(segment.model, str(written[-1]))
-        report = partition_report(program, str(args.model), notes)
+        report = partition_report(program, str(args.model), notes,
+                                      get_config(args.config))
     else:
         written = [out / "image.bin"]
-        written[0].write_bytes(_zero_image(program))
+        written[0].write_bytes(program.zero_image())
         report = compile_report(program, str(args.model), notes)
     (out / "report.md").write_text(report)
     console.print(report)

@@ -31,10 +31,11 @@ from sfnpu.config import HwConfig
 
 from .codegen import CodegenError
 from .importer import _ALIASES, _MUST_ACCELERATE, Classification, ModelError, classify_nodes
-from .pipeline import (Compiled, PipelineConfig, check_inputs, compile_model,
+from .pipeline import (Compiled, PipelineConfig, _session, check_inputs, compile_model,
                        run_onnxruntime)
 
-__all__ = ["AcceleratorSegment", "HostNode", "HostSegment", "Partitioned", "compile_partitioned"]
+__all__ = ["AcceleratorSegment", "HostNode", "HostSegment", "Partitioned", "SideProfile",
+           "compile_partitioned", "profile"]
 
 _GLUE = {"QuantizeLinear", "DequantizeLinear", "Constant"}
 ACC, HOST = 0, 1
@@ -111,6 +112,45 @@ class Partitioned:
         for segment in self.segments:
             values.update(segment.run(values, accelerator))
         return {name: values[name] for name in self.outputs}
+
+
+@dataclass(frozen=True)
+class SideProfile:
+    """What one side (accelerator or host) of a partitioned model does."""
+    segments: int
+    macs: int
+    seconds: float      # accelerator: the cycle model's; host: onnxruntime measured here
+    dram_bytes: int     # accelerator: the cycle model's reads + writes; host: the codes it
+    #                     reads from and writes to the images' regions
+
+
+def profile(partitioned: Partitioned, config: HwConfig) -> dict[str, SideProfile]:
+    """The accelerator's and the host's share of the work: MACs; time, from the cycle model
+    (accelerator segments, data-independent) or measured once on onnxruntime with zero inputs,
+    its session made beforehand (host segments); DRAM bytes."""
+    import time
+
+    from sfnpu.sim.cycle import CycleModel
+
+    acc = [CycleModel(config).run(s.compiled.zero_image()) for s in partitioned.accelerated]
+    sides = {"accelerator": SideProfile(len(acc), sum(s.macs for s in partitioned.accelerated),
+                                        sum(r.seconds for r in acc),
+                                        sum(r.read_bytes + r.write_bytes for r in acc))}
+    hosts = [s for s in partitioned.segments if isinstance(s, HostSegment)]
+    seconds = dram = 0
+    for segment in hosts:
+        g = segment.model.graph
+        feeds = {i.name: np.zeros([d.dim_value for d in i.type.tensor_type.shape.dim],
+                                  onnx.helper.tensor_dtype_to_np_dtype(
+                                      i.type.tensor_type.elem_type)) for i in g.input}
+        session = _session(segment.model)      # its creation is set-up, not run time
+        t0 = time.perf_counter()
+        out = dict(zip((o.name for o in session.get_outputs()), session.run(None, feeds)))
+        seconds += time.perf_counter() - t0
+        dram += sum(v.nbytes for v in feeds.values()) + sum(v.nbytes for v in out.values())
+    sides["host"] = SideProfile(len(hosts), sum(n.macs for n in partitioned.host_nodes),
+                                seconds, dram)
+    return sides
 
 
 def compile_partitioned(src, config: HwConfig, pipeline: PipelineConfig = PipelineConfig()

@@ -264,6 +264,12 @@ class Compiled:
         epilogue holds no convolution or matrix product)."""
         return 1.0
 
+    def zero_image(self) -> bytes:
+        """The program's image with its input sections zeroed (``sfnpu run`` fills them)."""
+        tensors = self.graph.tensors
+        return self.program.pack([np.zeros(tensors[n].shape, tensors[n].qtype.dtype)
+                                  for n in self.program.inputs])
+
     def quantise_inputs(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Host prologue: float graph inputs → 8-bit ``(C, H, W)`` accelerator inputs."""
         q = run_onnxruntime(self.imported.host.prologue, feeds)

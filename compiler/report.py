@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from sfnpu import isa
+from sfnpu.config import HwConfig
 
-from .partition import AcceleratorSegment, Partitioned
+from .partition import AcceleratorSegment, Partitioned, profile
 from .pipeline import Compiled
 
 __all__ = ["compile_report", "partition_report"]
@@ -65,9 +66,29 @@ def compile_report(compiled: Compiled, source: str, notes: list[str] = ()) -> st
     return "\n".join(lines) + "\n"
 
 
-def partition_report(partitioned: Partitioned, source: str, notes: list[str] = ()) -> str:
+def _sides(partitioned: Partitioned, config: HwConfig) -> list[str]:
+    sides = profile(partitioned, config)
+    total = {f: sum(getattr(p, f) for p in sides.values())
+             for f in ("macs", "seconds", "dram_bytes")}
+
+    def share(side, f):
+        return f"{getattr(side, f) / total[f]:.1%}" if total[f] else "-"
+    lines = ["", "| side | segments | MACs | time | DRAM bytes |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    for name, side in sides.items():
+        lines.append(f"| {name} | {side.segments} | {side.macs} ({share(side, 'macs')}) | "
+                     f"{side.seconds * 1e3:.3f} ms ({share(side, 'seconds')}) | "
+                     f"{side.dram_bytes} ({share(side, 'dram_bytes')}) |")
+    return lines + ["", f"Accelerator time: the cycle model at {config.clock_mhz:g} MHz; host "
+                    "time: onnxruntime on this machine, one run on zero inputs; host DRAM bytes: "
+                    "the codes it reads from and writes to the images' regions."]
+
+
+def partition_report(partitioned: Partitioned, source: str, notes: list[str] = (),
+                     config: HwConfig | None = None) -> str:
     """The segments of a partitioned model in order, every host node with the reason it runs
-    on the host, the MAC share, then each accelerator segment's own report."""
+    on the host, the MAC share (with ``config``: MACs, time and DRAM bytes on each side), then
+    each accelerator segment's own report."""
     lines = [
         f"# sfnpu compile report: {source} (partitioned)",
         "",
@@ -75,6 +96,7 @@ def partition_report(partitioned: Partitioned, source: str, notes: list[str] = (
         f"{len(partitioned.accelerated)} on the accelerator",
         f"- convolution MACs on the accelerator: {partitioned.mac_share:.2%}",
         *[f"- {note}" for note in notes],
+        *(_sides(partitioned, config) if config is not None else []),
         "",
         "| segment | runs on | inputs | outputs | groups or host nodes |",
         "| ---: | --- | --- | --- | --- |",

@@ -9,7 +9,8 @@ import pytest
 from netbuild import Net
 from sfnpu import image
 from sfnpu.cli import main
-from sfnpu.compiler.partition import AcceleratorSegment, Partitioned, compile_partitioned
+from sfnpu.compiler.partition import (AcceleratorSegment, Partitioned, compile_partitioned,
+                                     profile)
 from sfnpu.compiler.pipeline import Compiled, run_onnxruntime
 from sfnpu.compiler.quantize import CalibrationSource, quantize_model
 from sfnpu.config import get_config
@@ -145,6 +146,13 @@ def test_cli_runs_and_reports_a_partitioned_model(quantised, tmp_path):
     assert main(["compile", str(path), "-o", str(tmp_path / "out")]) == 0
     report = (tmp_path / "out" / "report.md").read_text()
     assert "(partitioned)" in report and "dilation" in report
+    program = compile_partitioned(path, TINY)
+    sides = profile(program, TINY)
+    assert sides["host"].macs == sum(n.macs for n in program.host_nodes) > 0
+    assert sides["accelerator"].macs == sum(s.macs for s in program.accelerated)
+    assert sides["accelerator"].seconds > 0 and sides["host"].dram_bytes > 0
+    share = sides["accelerator"].macs / (sides["accelerator"].macs + sides["host"].macs)
+    assert f"| accelerator | 2 | {sides['accelerator'].macs} ({share:.1%}) |" in report
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "host1.onnx", "host3.onnx", "image0.bin", "image2.bin", "report.md"]
     np.save(tmp_path / "x.npy", net.samples(1, seed=7))
