@@ -509,7 +509,7 @@ class AvgPool(wiring.Component):
         oy_next = rows.oy + row_walked
         with m.If((rows_next == self.in_h) & (oy_next == self.out_h)):
             m.d.sync += [rows.rows_in.eq(0), rows.in_slot.eq(0), rows.oy.eq(0), rows.w.eq(0),
-                         rows.w_slot.eq(0)]
+                         rows.storable.eq(_MAX_KERNEL), rows.w_slot.eq(0)]
 
         # The output register and the requantisers' stages ahead of it move together, when
         # the output register is free or being read (a stall holds all of them).
@@ -569,9 +569,10 @@ class AvgPool(wiring.Component):
         needed = Signal(signed(16))                            # rows output row oy needs
         m.d.comb += needed.eq(Mux(u + self.kernel < self.in_h, u + self.kernel, self.in_h))
         # Rows that may be stored: up to two after output row oy's first row (the three buffers
-        # hold rows max(u, 0) … max(u, 0) + 2; its window rows stay untouched).
-        storable = Signal(signed(16))
-        m.d.comb += storable.eq(Mux(u < 0, 0, u) + _MAX_KERNEL)
+        # hold rows max(u, 0) … max(u, 0) + 2; its window rows stay untouched). A register
+        # set with w (:meth:`_storable`), so that the input's ready starts at a flip-flop and
+        # not at the configuration's padding through two carry chains; u ≤ 0 at w = 0.
+        storable = Signal(signed(16), init=_MAX_KERNEL)
         return SimpleNamespace(
             in_column=in_column, in_segment=in_segment, in_address=in_address, in_slot=in_slot,
             rows_in=rows_in, oy=oy, w=w, w_slot=w_slot, u=u, outputs_done=outputs_done,
@@ -747,6 +748,11 @@ class AvgPool(wiring.Component):
             with m.Else():
                 m.d.sync += walk.walk_column.eq(walk.walk_column + 1)
 
+    def _storable(self, w):
+        """The rows that may be stored once output row oy's first window row is ``w − pad``."""
+        u = w - self.pad
+        return Mux(u < 0, 0, u) + _MAX_KERNEL
+
     def _next_window(self, m, rows, walk, row_walked):
         """Advances to the next window: column, then channel block, then output row."""
         ox, h, segment, segment_base = walk.ox, walk.h, walk.segment, walk.segment_base
@@ -758,6 +764,7 @@ class AvgPool(wiring.Component):
                 m.d.sync += [
                     segment.eq(0), segment_base.eq(0),
                     rows.oy.eq(rows.oy + 1), rows.w.eq(rows.w + self.stride),
+                    rows.storable.eq(self._storable(rows.w + self.stride)),
                     rows.w_slot.eq(Mux(w_slot_sum >= _MAX_KERNEL,
                                        w_slot_sum - _MAX_KERNEL, w_slot_sum)),
                 ]
