@@ -698,11 +698,23 @@ class Requirements:
     drivers: Mapping[str, int]        # requirement → the group that sets it
     lanes: int
     to: int
+    #: The feature maps' (and staged inputs') extents in buffers {0, 1, 2}, without the
+    #: weights eq. 2 puts in buffer 1 (ours; None for the dense accounting)
+    extents: tuple[int, int, int] | None = None
 
     @property
     def sram(self) -> int:
         """Eq. 6."""
         return sum(self.buffers) + self.row_buff + self.out_buff + self.write_buff
+
+    @property
+    def hardware_sram(self) -> int:
+        """Eq. 6 as the RTL stores it: the weights in the controller's weight store, apart
+        from buffer 1's feature maps (eq. 2 shares buffer 1 between them)."""
+        if self.extents is None:
+            raise ValueError("the dense accounting has no feature-map extents")
+        return (sum(self.extents) + self.weight_buff + self.row_buff + self.out_buff
+                + self.write_buff)
 
     @property
     def sram_algorithm1(self) -> int:
@@ -784,10 +796,14 @@ def requirements(instructions: Sequence[Instruction], config: HwConfig,
         drivers.setdefault(f"buffer {b}", -1)
     return Requirements(tuple(buffers), tuple(alg1), best.get("weight_buff", 0),
                         best.get("row_buff", 0), best.get("out_buff", 0),
-                        best.get("write_buff", 0), drivers, lanes, to)
+                        best.get("write_buff", 0), drivers, lanes, to,
+                        _extents(instructions, config, with_weights=False))
 
 
-def _extents(instructions: Sequence[Instruction], config: HwConfig) -> tuple[int, int, int]:
+def _extents(instructions: Sequence[Instruction], config: HwConfig,
+             with_weights: bool = True) -> tuple[int, int, int]:
+    """Bytes used per buffer: feature maps, staged inputs and (``with_weights``) the row-mode
+    weights eq. 2 puts in buffer 1 — which the RTL holds in its weight store instead."""
     ext = [0, 0, 0]
     for instr in instructions:
         # A windowed group's operands are all in DRAM (isa.validate).
@@ -795,7 +811,8 @@ def _extents(instructions: Sequence[Instruction], config: HwConfig) -> tuple[int
             b = _buf(getattr(instr, acc.operand))
             if b is not None:
                 ext[b] = max(ext[b], acc.end)
-        for res in (row_weights(instr, config), staging(instr, config)):
+        for res in (row_weights(instr, config) if with_weights else None,
+                    staging(instr, config)):
             if res is not None:
                 ext[_buf(res[0])] = max(ext[_buf(res[0])], res[0].offset + res[1])
     return tuple(ext)

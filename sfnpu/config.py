@@ -195,16 +195,30 @@ class HwConfig:
         return exact.limit_denominator(64)
 
     @property
+    def weight_store_words(self) -> int:
+        """Words of the weight store, Ti × To bytes each: the controller's own memory of
+        buffer 1's size, beside the three feature-map buffers (the paper keeps weights in
+        buffer 1 itself, eq. 2)."""
+        return self.buffer_bytes[1] // (self.ti * self.to)
+
+    @property
+    def weight_store_bytes(self) -> int:
+        return self.weight_store_words * self.ti * self.to
+
+    @property
     def sram_bytes(self) -> int:
-        """Raw on-chip SRAM (paper eq. 6 with this configuration's buffer sizes)."""
-        return (sum(self.buffer_bytes) + self.row_buffer_bytes + self.psum_buffer_bytes
-                + self.write_buffer_bytes)
+        """Raw on-chip SRAM as the RTL instantiates it: paper eq. 6 with this configuration's
+        buffer sizes, plus the separate weight store."""
+        return (sum(self.buffer_bytes) + self.weight_store_bytes + self.row_buffer_bytes
+                + self.psum_buffer_bytes + self.write_buffer_bytes)
 
     @property
     def bram18k(self) -> int:
-        """18K block RAMs of all banked buffers (one memory per bank)."""
+        """18K block RAMs of all banked buffers (one memory per bank) and the weight store
+        (one memory Ti × To bytes wide)."""
         byte_banked = [*self.buffer_bytes, self.row_buffer_bytes, self.write_buffer_bytes]
         total = sum(self.lanes * bram18k_blocks(size // self.lanes, 8) for size in byte_banked)
+        total += bram18k_blocks(self.weight_store_words, 8 * self.ti * self.to)
         return total + self.to * bram18k_blocks(self.psum_buffer_bytes // (4 * self.to), 32)
 
     # -- identity ---------------------------------------------------------------------------

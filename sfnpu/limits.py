@@ -66,7 +66,7 @@ class StoreSizes:
     @lru_cache(maxsize=64)
     def of(cls, config: HwConfig) -> "StoreSizes":
         L = config.lanes
-        return cls(lanes=L, weight_words=config.buffer_bytes[1] // (config.ti * config.to),
+        return cls(lanes=L, weight_words=config.weight_store_words,
                    row_words=config.max_row_bytes // L,
                    psum_words=config.psum_buffer_bytes // (4 * config.to),
                    write_words=config.write_buffer_bytes // L,

@@ -28,10 +28,6 @@ class Resources:
     sram_bytes: int      # on-chip memory the configuration names, the weight store included
 
 
-def _weight_store_bytes(config: HwConfig) -> int:
-    return StoreSizes.of(config).weight_words * config.ti * config.to
-
-
 #: Multipliers per lane beside the MAC array: the eltwise adder's two requantisers (4), the
 #: accumulator's requantiser (4), the channel scaler (3), the average pool's divider (2).
 MULTIPLIERS_PER_LANE = 13
@@ -120,7 +116,7 @@ def estimate(config: HwConfig) -> Resources:
         multipliers=config.mac_multipliers + MULTIPLIERS_PER_LANE * L + MULTIPLIERS_FIXED,
         bram18k=sum(memories(config).values()),
         luts=LUTS_PER_MAC * config.macs + LUTS_PER_LANE * L + LUTS_FIXED,
-        sram_bytes=config.sram_bytes + _weight_store_bytes(config))
+        sram_bytes=config.sram_bytes)
 
 
 def shortfalls(need: Resources, device: Device) -> list[str]:

@@ -373,8 +373,8 @@ def run_study(study: Study, config: HwConfig, cache: Path,
 
 SWEEP_FIELDS = (
     "policy", "cuts", "frame_blocks", "allocated", "fits_config",
-    "sram_B", "buffer0_B", "buffer1_B", "buffer2_B", "row_buff_B", "psum_buff_B",
-    "write_buff_B", "weight_buff_B", "bram18k", "sram_algorithm1_B", "sram_dense_B",
+    "sram_B", "sram_hardware_B", "buffer0_B", "buffer1_B", "buffer2_B", "row_buff_B",
+    "psum_buff_B", "write_buff_B", "weight_buff_B", "bram18k", "sram_algorithm1_B", "sram_dense_B",
     "dram_fm_B", "dram_weights_B", "dram_params_B", "dram_total_B", "dram_fm_dense_B",
     "dram_weights_dense_B", "eq8_fm_dense_B", "latency_cycles",
     "latency_ms", "buffers_lower_bound_dense_B", "note",
@@ -396,7 +396,8 @@ def sweep_rows(result: NetworkResult) -> list[dict]:
             continue
         q, t, d = e.requirements, e.traffic, e.dense
         row.update(
-            fits_config=int(result.fits(e)), sram_B=q.sram, buffer0_B=q.buffers[0],
+            fits_config=int(result.fits(e)), sram_B=q.sram, sram_hardware_B=q.hardware_sram,
+            buffer0_B=q.buffers[0],
             buffer1_B=q.buffers[1], buffer2_B=q.buffers[2], row_buff_B=q.row_buff,
             psum_buff_B=q.out_buff, write_buff_B=q.write_buff, weight_buff_B=q.weight_buff,
             bram18k=q.bram18k, sram_algorithm1_B=q.sram_algorithm1, sram_dense_B=d.sram,
@@ -506,10 +507,13 @@ def _table_ii_lines(result: NetworkResult) -> list[str]:
         "| | paper | ours: SRAM eq. 6 (hardware bytes) | ours: eqs. 1–6 dense (paper's "
         "accounting) |", "| --- | ---: | ---: | ---: |",
         f"| minimum buffer | {p} | {_both(q.sram)} | {_both(d.sram)} |",
+        f"| with sfnpu's separate weight store (the RTL) | — | {_both(q.hardware_sram)} | — |",
     ]
     if paper:
         lines.append(f"| ratio ours / paper | 1 | {q.sram / MB / paper.min_buffer_mb:.2f} | "
                      f"{d.sram / MB / paper.min_buffer_mb:.2f} |")
+        lines.append(f"| ratio with the weight store / paper | — | "
+                     f"{q.hardware_sram / MB / paper.min_buffer_mb:.2f} | — |")
     lines.append(f"| policy | {'—' if not paper else 'not published'} | "
                  f"{_policy(result, result.min_sram)} | {_policy(result, result.min_dense)} |")
     a, b = result.min_sram, result.min_dense
@@ -528,6 +532,8 @@ def _table_ii_lines(result: NetworkResult) -> list[str]:
              ("SRAM (eq. 6)", lambda r: r.sram))
     lines += [f"| {name} | " + " | ".join(f"{get(r):,}" for _, r, _ in cols) + " |"
               for name, get in terms]
+    lines.append(f"| SRAM with the weight store apart (the RTL) | "
+                 f"{a.requirements.hardware_sram:,} |" + " — |" * (len(cols) - 1))
     lines.append(f"| BRAM18K (eq. 7) | {a.requirements.bram18k} |" + " — |" * (len(cols) - 1))
     return lines
 
@@ -593,7 +599,8 @@ def _vgg_lines(result: NetworkResult) -> list[str]:
     for p in TABLE_III:
         lines.append(f"| {p.design} (paper, Table III) | {p.precision} | {p.sram_mb} MB | "
                      f"{p.dram_mb} MB |")
-    lines.append(f"| sfnpu, hardware bytes | 8-bit | {_mb(q.sram)} | {_mb(t.total)} "
+    lines.append(f"| sfnpu, hardware bytes (eq. 6; {_mb(q.hardware_sram)} with the separate "
+                 f"weight store) | 8-bit | {_mb(q.sram)} | {_mb(t.total)} "
                  f"(FM {_mb(t.fm)} + weights {_mb(t.weights)} + parameters {_mb(t.params)}) |")
     lines.append(f"| sfnpu, dense bytes | 8-bit | {_mb(result.min_dense.dense.sram)} | "
                  f"{_mb(t.fm_dense + t.weights_dense)} |")

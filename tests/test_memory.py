@@ -136,6 +136,8 @@ def test_buffer_equations_all_frame(small):
     assert r.out_buff == 16 * 8 * 4                # eq. 4: W × To × 4 B
     assert r.write_buff == 16 * 8                  # eq. 5: the final layer's To-channel row
     assert r.sram == 3 * 4096 + 1536 + 512 + 128   # eq. 6
+    # The RTL keeps the weights in a store of their own, beside buffer 1's feature maps.
+    assert r.hardware_sram == 3 * 4096 + 1152 + 1536 + 512 + 128
     # eq. 7: 64-bit wide buffers of depth 512 → 1 × ⌈64/18⌉ = 4 each (×3, row, write);
     # 256-bit partial sums of depth 16 → 1 × ⌈256/18⌉ = 15.
     assert r.bram18k == 4 * 5 + 15
@@ -155,6 +157,7 @@ def test_buffer_equations_all_row(small):
     assert r.buffers == (0, 2304, 0)               # … preloaded into buffer 1 (eq. 2)
     assert (r.out_buff, r.write_buff) == (16 * 8 * 4, 16 * 8)   # one row of To channels
     assert r.sram == 2304 + 1536 + 512 + 128
+    assert r.hardware_sram == r.sram               # no feature map on chip: the store alone
     t = traffic(instrs, TINY, compiled.groups, compiled.graph)
     # eq. 8: in + out of every conv, plus the shortcut read: a, b1, b2 and y are written once
     # and read once each (a twice), x read once, c written once.

@@ -71,7 +71,8 @@ def test_sweep_csv_equals_the_memory_functions(report):
     for row, policy in zip(rows, policies):
         e = evaluate(compiled, blocks, policy, Budget.unlimited())
         q, t = e.requirements, e.traffic
-        want = {"sram_B": q.sram, "buffer0_B": q.buffers[0], "buffer1_B": q.buffers[1],
+        want = {"sram_B": q.sram, "sram_hardware_B": q.hardware_sram,
+                "buffer0_B": q.buffers[0], "buffer1_B": q.buffers[1],
                 "buffer2_B": q.buffers[2], "row_buff_B": q.row_buff, "psum_buff_B": q.out_buff,
                 "write_buff_B": q.write_buff, "weight_buff_B": q.weight_buff,
                 "bram18k": q.bram18k, "sram_algorithm1_B": q.sram_algorithm1,
