@@ -535,7 +535,13 @@ class RowBuffer(wiring.Component):
         out = self.o_stream
         advance = ~out.valid | out.ready
         step = Signal(range(MAX_KERNEL * MAX_KERNEL))
-        last_step = step + 1 == self.steps
+        # The window's last step index, a register: the kernel-size product and the
+        # depthwise rounding behind ``steps`` stay off the hold register's handshake. The
+        # parameters are the instruction's, set before ``start``; the first window reaches
+        # the hold register cycles after it.
+        final_step = Signal(range(MAX_KERNEL * MAX_KERNEL))
+        m.d.sync += final_step.eq(self.steps - 1)
+        last_step = step == final_step
         emit = hold_valid & advance
         m.d.comb += hold_free.eq(~hold_valid | (emit & last_step))
         with m.If(transfer):
