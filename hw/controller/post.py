@@ -213,8 +213,13 @@ class PostChain(wiring.Component):
             gap.multiplier.eq(post_word(post, "pool_const", 0)),
             gap.out_signed.eq(stage_signed(post, "pool")), gap.out_zp.eq(stage_zp(post, "pool")),
             upsample.enable.eq(instr.upsample),
-            upsample.in_w.eq(ob_count * pooled_w),
         ]
+        # The upsampler's interleaved row, a register: a multiplier on the configuration
+        # path fed its line store's control. The chunk's block count changes outside the
+        # compute phase, which starts a cycle later at the earliest.
+        row_pixels = Signal.like(upsample.in_w)
+        m.d.sync += row_pixels.eq(ob_count * pooled_w)
+        m.d.comb += upsample.in_w.eq(row_pixels)
 
     def _mask(self, m, chain):
         """Padding lanes (channels past ``out_c``) to 0, into ``o_stream``."""
