@@ -2,6 +2,8 @@
 graph, the rest to the accelerator, and the whole model gives onnxruntime's bits — on the
 golden model, and segment by segment on the RTL (bit-exact, cycle-exact)."""
 
+import os
+
 import numpy as np
 import onnx
 import pytest
@@ -285,6 +287,18 @@ def test_real_models_end_to_end(real_quantised, name, config, min_share):
         got = program.run({input_name: x[None]}, golden.outputs)
         for key in want:
             assert np.array_equal(want[key], got[key]), (name, key)
+
+
+@pytest.mark.skipif(os.environ.get("SFNPU_REGRESS") != "1",
+                    reason="every trained model on every configuration runs in `make regress`")
+@pytest.mark.parametrize("config", ["tiny", "ecp5", "ecp5-ulx3s", "kcu1500"])
+def test_the_whole_corpus_on_every_configuration(real_quantised, config):
+    """Every trained model on every configuration (tiles where the stores are small): the
+    golden model identical to onnxruntime, at least 95 % of the MACs on the accelerator."""
+    from sfnpu.models import real_models
+
+    for name in real_models.REAL_MODELS:
+        test_real_models_end_to_end(real_quantised, name, config, 0.95)
 
 
 @pytest.mark.parametrize("factor, coords, nearest", [
