@@ -159,27 +159,9 @@ class MaxPool(wiring.Component):
             m.d.comb += pass_through(self.i_stream, self.o_stream)
         return m
 
-    @staticmethod
-    def _as_signed(m, value, name):
-        """``value`` as a named signed signal: positions, window bounds and their differences
-        (negative before the first pixel) all fit in 16 bits."""
-        result = Signal(signed(16), name=name)
-        m.d.comb += result.eq(value)
-        return result
-
-    def _window(self, m, start, size, name):
-        """(first position clipped to 0, last position) of the window whose first position is
-        ``start − pad``; the last is clipped to the input."""
-        lo = self._as_signed(m, self._as_signed(m, start, f"{name}_start") - self.pad,
-                             f"{name}_lo")
-        last = lo + self.kernel - 1
-        end = self._as_signed(m, Mux(last < size - 1, last, size - 1), f"{name}_end")
-        return self._as_signed(m, Mux(lo < 0, 0, lo), f"{name}_first"), end
-
-    @staticmethod
-    def _covered(position, distance, first):
-        """The element ``distance`` positions before ``position`` lies in the window."""
-        return position - distance >= first
+    def _axis(self, m, position, size, name):
+        """The window test of one axis (:class:`_WindowAxis`) for the position arriving."""
+        return _WindowAxis(m, position, size, self.kernel, self.pad, name)
 
     def _key_max(self, m, candidates, name):
         """Lane-wise maximum of (keys, included) pairs; excluded ones count as key 0."""
@@ -196,20 +178,18 @@ class MaxPool(wiring.Component):
         """Horizontal stage: one segment in, one value per output column out."""
         beat_layout = data.ArrayLayout(8, self.lanes)
         h_position = Signal(range(self.max_width + 1))         # index of the arriving pixel
-        h_start = Signal(range(2 * self.max_out_width + 1))    # output column · stride
         h_count = Signal(range(self.max_out_width + 1))        # output columns emitted
         h_previous = [Signal(beat_layout, name=f"h_previous_{d}") for d in (1, 2)]
         h_valid = Signal()                                     # reduced pixel for the V stage
         h_data = Signal(beat_layout)
         h_ready = Signal()
 
-        h_first, h_end = self._window(m, h_start, self.in_w, "h")
-        h_index = self._as_signed(m, h_position, "h_index")
+        h_axis = self._axis(m, h_position, self.in_w, "h")
         h_outputs_done = h_count == self.out_w
         h_has_input = h_position < self.in_w
-        h_emit_wanted = ~h_outputs_done & (h_index >= h_end)
-        h_emit_uses_input = h_emit_wanted & (h_index == h_end)
-        h_accept_wanted = h_has_input & (h_outputs_done | (h_index <= h_end))
+        h_emit_wanted = ~h_outputs_done & h_axis.at_or_after_end
+        h_emit_uses_input = h_emit_wanted & h_axis.up_to_end
+        h_accept_wanted = h_has_input & (h_outputs_done | h_axis.up_to_end)
         h_slot_free = ~h_valid | h_ready
 
         arriving = Signal(beat_layout)
@@ -226,8 +206,8 @@ class MaxPool(wiring.Component):
         ]
         h_maximum = self._key_max(m, [
             (arriving, h_emit_uses_input),
-            (h_previous[0], self._covered(h_index, 1, h_first)),
-            (h_previous[1], self._covered(h_index, 2, h_first)),
+            (h_previous[0], h_axis.covered(1)),
+            (h_previous[1], h_axis.covered(2)),
         ], "h_maximum")
 
         with m.If(h_accept):
@@ -238,12 +218,12 @@ class MaxPool(wiring.Component):
             m.d.sync += h_valid.eq(0)
         next_h_position = h_position + h_accept
         next_h_count = h_count + h_emit
-        with m.If((next_h_position == self.in_w) & (next_h_count == self.out_w)):
-            m.d.sync += [h_position.eq(0), h_count.eq(0), h_start.eq(0)]   # segment done
+        segment_done = (next_h_position == self.in_w) & (next_h_count == self.out_w)
+        with m.If(segment_done):
+            m.d.sync += [h_position.eq(0), h_count.eq(0)]
         with m.Else():
             m.d.sync += [h_position.eq(next_h_position), h_count.eq(next_h_count)]
-            with m.If(h_emit):
-                m.d.sync += h_start.eq(h_start + self.stride)
+        h_axis.advance(m, segment_done, h_accept, Mux(h_emit, self.stride, 0))
         return h_valid, h_data, h_ready, i_ready
 
     def _vertical(self, m, h_valid, h_data, h_ready):
@@ -251,18 +231,16 @@ class MaxPool(wiring.Component):
         beat_layout = data.ArrayLayout(8, self.lanes)
         # Row-level state: which input row arrives and which output row is next.
         v_position = Signal(range(self.max_height + 1))
-        v_start = Signal(range(2 * (self.max_height + 2) + 1))
         v_count = Signal(range(self.max_height + 3))
         # Position in the interleaved reduced row (the line buffers' address); with several
         # blocks also the column in the segment and the segment, to find the row's end.
         column = Signal(range(self.max_row_pixels))
 
-        v_first, v_end = self._window(m, v_start, self.in_h, "v")
-        v_index = self._as_signed(m, v_position, "v_index")
+        v_axis = self._axis(m, v_position, self.in_h, "v")
         v_outputs_done = v_count == self.out_h
-        row_takes_input = (v_position < self.in_h) & (v_outputs_done | (v_index <= v_end))
-        row_emits = ~v_outputs_done & (v_index >= v_end)
-        row_emit_uses_input = row_emits & (v_index == v_end)
+        row_takes_input = (v_position < self.in_h) & (v_outputs_done | v_axis.up_to_end)
+        row_emits = ~v_outputs_done & v_axis.at_or_after_end
+        row_emit_uses_input = row_emits & v_axis.up_to_end
 
         m.submodules.rows_1 = rows_1 = Memory(shape=beat_layout, depth=self.max_row_pixels,
                                               init=[])
@@ -298,8 +276,8 @@ class MaxPool(wiring.Component):
                 b_column.eq(column),
                 b_arriving.eq(h_data),
                 b_include[0].eq(row_emit_uses_input),
-                b_include[1].eq(self._covered(v_index, 1, v_first)),
-                b_include[2].eq(self._covered(v_index, 2, v_first)),
+                b_include[1].eq(v_axis.covered(1)),
+                b_include[2].eq(v_axis.covered(2)),
             ]
         with m.Elif(b_done):
             m.d.sync += b_valid.eq(0)
@@ -312,12 +290,12 @@ class MaxPool(wiring.Component):
         with m.If(take):
             m.d.sync += column.eq(Mux(row_end, 0, column + 1))
         with m.If(row_end):
-            with m.If((next_v_position == self.in_h) & (next_v_count == self.out_h)):
-                m.d.sync += [v_position.eq(0), v_count.eq(0), v_start.eq(0)]
+            group_done = (next_v_position == self.in_h) & (next_v_count == self.out_h)
+            with m.If(group_done):
+                m.d.sync += [v_position.eq(0), v_count.eq(0)]
             with m.Else():
                 m.d.sync += [v_position.eq(next_v_position), v_count.eq(next_v_count)]
-                with m.If(row_emits):
-                    m.d.sync += v_start.eq(v_start + self.stride)
+            v_axis.advance(m, group_done, row_takes_input, Mux(row_emits, self.stride, 0))
 
         # Row shift register: the arriving row becomes "one back", "one back" becomes "two".
         m.d.comb += [
@@ -346,3 +324,35 @@ class MaxPool(wiring.Component):
             with m.If(segment_end):
                 m.d.sync += segment.eq(Mux(last_segment, 0, segment + 1))
         return row_end
+
+
+class _WindowAxis:
+    """The window rule of the module docstring along one axis, for the position ``p``
+    arriving now and the next output window *o* (first position ``o·stride − pad``).
+
+    The stage keeps ``rel = p − o·stride``, a register set with ``p`` and *o* (0 at the start
+    of a row or segment, as both are), instead of *o*'s bounds: with ``reach = kernel − 1 −
+    pad``, ``p ≤ end`` is ``rel ≤ reach`` and ``p ≤ size − 1``, ``p ≥ end`` is ``rel ≥ reach``
+    or ``p ≥ size − 1``, and the element ``d`` back lies in the window when ``p ≥ d`` and
+    ``rel + pad ≥ d``. No window bound is computed from the configuration on the stages'
+    handshakes."""
+
+    def __init__(self, m, position, size, kernel, pad, name):
+        self.position, self.pad = position, pad
+        self.rel = Signal(signed(16), name=f"{name}_rel")
+        reach = kernel - 1 - pad
+        last = position >= size - 1
+        self.up_to_end = (self.rel <= reach) & ~(position > size - 1)
+        self.at_or_after_end = (self.rel >= reach) | last
+
+    def covered(self, distance: int):
+        """The element ``distance`` positions back lies in the window."""
+        return (self.position >= distance) & (self.rel + self.pad >= distance)
+
+    def advance(self, m, restart, arrived, emitted_stride):
+        """``p`` moves on by ``arrived``, *o*·stride by ``emitted_stride``; both back to 0 on
+        ``restart``."""
+        with m.If(restart):
+            m.d.sync += self.rel.eq(0)
+        with m.Else():
+            m.d.sync += self.rel.eq(self.rel + arrived - emitted_stride)
