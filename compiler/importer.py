@@ -21,7 +21,6 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from .row_products import rows_as_pixels
 from .ir import (Graph, InputTaps, Node, QType, Tensor, channel_pad_conv, check,
                  space_to_depth_conv)
 
@@ -328,6 +327,8 @@ class Classification:
 def classify_nodes(src) -> Classification:
     """Every node the accelerator can run, wherever it is: the tolerant import (of the model
     with its row products as convolutions over pixels, :mod:`.row_products`)."""
+    from .row_products import rows_as_pixels     # it builds on this module's graph index
+
     model, rewritten = rows_as_pixels(prepared_model(src))
     if rewritten:
         model = shape_inference.infer_shapes(model, strict_mode=True)

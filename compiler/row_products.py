@@ -33,42 +33,27 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from .importer import _attr, _Model
+
 __all__ = ["rows_as_pixels"]
 
 
-class _Graph:
-    def __init__(self, model: onnx.ModelProto):
-        g = model.graph
-        self.consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
-        self.producer = {o: n for n in g.node for o in n.output}
-        self.consumers: dict[str, list[onnx.NodeProto]] = {}
-        for n in g.node:
-            for i in n.input:
-                self.consumers.setdefault(i, []).append(n)
-        infos = [*g.input, *g.value_info, *g.output]
-        self.shapes = {vi.name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
-                       for vi in infos}
-
-    def const_dq(self, name: str) -> onnx.NodeProto | None:
-        p = self.producer.get(name)
-        if p is not None and p.op_type == "DequantizeLinear" and p.input[0] in self.consts:
-            return p
-        return None
-
-    def activation_dq(self, name: str) -> onnx.NodeProto | None:
-        p = self.producer.get(name)
-        if p is None or p.op_type != "DequantizeLinear" or p.input[0] in self.consts:
-            return None
-        if self.consts.get(p.input[1], np.zeros(2)).size != 1:
-            return None
+def _const_dq(g: _Model, name: str) -> onnx.NodeProto | None:
+    """The DequantizeLinear of a constant that produces ``name``, if one does."""
+    p = g.producer.get(name)
+    if p is not None and p.op_type == "DequantizeLinear" and p.input[0] in g.consts:
         return p
+    return None
 
 
-def _attr(node: onnx.NodeProto, name: str, default):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
+def _activation_dq(g: _Model, name: str) -> onnx.NodeProto | None:
+    """The DequantizeLinear of 8-bit codes, per tensor, that produces ``name``, if one does."""
+    p = g.producer.get(name)
+    if p is None or p.op_type != "DequantizeLinear" or p.input[0] in g.consts:
+        return None
+    if g.consts.get(p.input[1], np.zeros(2)).size != 1:
+        return None
+    return p
 
 
 class _Rewrite:
@@ -76,7 +61,7 @@ class _Rewrite:
 
     def __init__(self, model: onnx.ModelProto):
         self.model = model
-        self.g = _Graph(model)
+        self.g = _Model(model)
 
     def candidate(self, node: onnx.NodeProto):
         """(activation DQ, weight (N, K) int8, its scale, zero point, rows T, leading rank)
@@ -87,7 +72,7 @@ class _Rewrite:
         if node.op_type == "Gemm" and (_attr(node, "alpha", 1.0) != 1.0 or
                                        _attr(node, "beta", 1.0) != 1.0):
             return None
-        a_dq, w_dq = g.activation_dq(node.input[0]), g.const_dq(node.input[1])
+        a_dq, w_dq = _activation_dq(g, node.input[0]), _const_dq(g, node.input[1])
         shape = g.shapes.get(node.input[0], ())
         if a_dq is None or w_dq is None or len(shape) not in (2, 3) or 0 in shape:
             return None
@@ -119,9 +104,10 @@ class _Rewrite:
             return None
         return a_dq, weight, scale, zp, rows, len(shape), trans_a
 
-    def apply(self) -> bool:
+    def apply(self) -> int:
+        """Replaces every row product of the graph; returns how many."""
         g = self.model.graph
-        done = False
+        count = 0
         for node in list(g.node):
             found = self.candidate(node)
             if found is None:
@@ -131,8 +117,8 @@ class _Rewrite:
             g.node.remove(node)
             for k, n in enumerate(new):
                 g.node.insert(at + k, n)
-            done = True
-        return done
+            count += 1
+        return count
 
     def replacement(self, node, a_dq, weight, w_scale, w_zp, rows, rank, trans_a):
         g = self.model.graph
@@ -191,9 +177,5 @@ def rows_as_pixels(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     model itself when there are none."""
     rewritten = onnx.ModelProto()
     rewritten.CopyFrom(model)
-    rewrite = _Rewrite(rewritten)
-    count = sum(rewrite.candidate(n) is not None for n in rewritten.graph.node)
-    if not count:
-        return model, 0
-    rewrite.apply()
-    return rewritten, count
+    count = _Rewrite(rewritten).apply()
+    return (rewritten, count) if count else (model, 0)

@@ -159,10 +159,6 @@ class MaxPool(wiring.Component):
             m.d.comb += pass_through(self.i_stream, self.o_stream)
         return m
 
-    def _axis(self, m, position, size, name):
-        """The window test of one axis (:class:`_WindowAxis`) for the position arriving."""
-        return _WindowAxis(m, position, size, self.kernel, self.pad, name)
-
     def _key_max(self, m, candidates, name):
         """Lane-wise maximum of (keys, included) pairs; excluded ones count as key 0."""
         result = Signal(data.ArrayLayout(8, self.lanes), name=name)
@@ -184,7 +180,7 @@ class MaxPool(wiring.Component):
         h_data = Signal(beat_layout)
         h_ready = Signal()
 
-        h_axis = self._axis(m, h_position, self.in_w, "h")
+        h_axis = _WindowAxis(h_position, self.in_w, self.kernel, self.pad, "h")
         h_outputs_done = h_count == self.out_w
         h_has_input = h_position < self.in_w
         h_emit_wanted = ~h_outputs_done & h_axis.at_or_after_end
@@ -236,7 +232,7 @@ class MaxPool(wiring.Component):
         # blocks also the column in the segment and the segment, to find the row's end.
         column = Signal(range(self.max_row_pixels))
 
-        v_axis = self._axis(m, v_position, self.in_h, "v")
+        v_axis = _WindowAxis(v_position, self.in_h, self.kernel, self.pad, "v")
         v_outputs_done = v_count == self.out_h
         row_takes_input = (v_position < self.in_h) & (v_outputs_done | v_axis.up_to_end)
         row_emits = ~v_outputs_done & v_axis.at_or_after_end
@@ -337,13 +333,12 @@ class _WindowAxis:
     ``rel + pad ≥ d``. No window bound is computed from the configuration on the stages'
     handshakes."""
 
-    def __init__(self, m, position, size, kernel, pad, name):
+    def __init__(self, position, size, kernel, pad, name):
         self.position, self.pad = position, pad
         self.rel = Signal(signed(16), name=f"{name}_rel")
         reach = kernel - 1 - pad
-        last = position >= size - 1
-        self.up_to_end = (self.rel <= reach) & ~(position > size - 1)
-        self.at_or_after_end = (self.rel >= reach) | last
+        self.up_to_end = (self.rel <= reach) & (position <= size - 1)
+        self.at_or_after_end = (self.rel >= reach) | (position >= size - 1)
 
     def covered(self, distance: int):
         """The element ``distance`` positions back lies in the window."""
