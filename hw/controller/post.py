@@ -15,6 +15,7 @@ from ..chscale import ChannelScale
 from ..eltwise_add import EltwiseAdd
 from ..gap import GlobalAvgPool
 from ..maxpool import MaxPool
+from ..pipeline import stage
 from ..upsample import Upsample2x
 from .common import POST_WORDS, log2, post_word, stage_signed, stage_zp
 
@@ -37,6 +38,11 @@ class PostChain(wiring.Component):
         Bytes per activation-table write.
     psum_words, pool_row_pixels, max_blocks : int
         The stores' sizes (:class:`~sfnpu.limits.StoreSizes`).
+
+    The stages take their configuration (from ``instr``, ``post`` and the chunk's shape)
+    through registers: it is final in the compute phase's start cycle and the stages act
+    from the next one, so the registers change no cycle and keep the instruction's wide
+    fan-out off the stages' handshakes.
 
     Signature
     ---------
@@ -112,23 +118,27 @@ class PostChain(wiring.Component):
         # The shortcut stream: a residual tensor (ADD), the scale vector (CHANNEL_SCALE) or
         # the other factor (MUL).
         s = self.s_stream
-        is_add = instr.eltwise == Eltwise.ADD
+        is_add = stage(m, instr.eltwise == Eltwise.ADD, "is_add")
+        multiplies = stage(m, eltwise_multiplies(instr.eltwise), "multiplies")
         m.d.comb += [
             add.s_stream.payload.eq(s.payload),
             scale.s_stream.payload.eq(s.payload),
             add.s_stream.valid.eq(s.valid & is_add),
-            scale.s_stream.valid.eq(s.valid & eltwise_multiplies(instr.eltwise)),
+            scale.s_stream.valid.eq(s.valid & multiplies),
             s.ready.eq(Mux(is_add, add.s_stream.ready, scale.s_stream.ready)),
         ]
         # Clamp (Activation.CLAMP) between the tables and the pooling.
         clamp = stream.Signature(data.ArrayLayout(8, L)).create()
-        t3_signed = self._types()[2][0]
-        clamp_lo = Mux(instr.out_signed, instr.clamp_lo.as_signed(), instr.clamp_lo)
-        clamp_hi = Mux(instr.out_signed, instr.clamp_hi.as_signed(), instr.clamp_hi)
+        t3_signed = stage(m, self._types()[2][0], "clamp_signed")
+        clamp_lo = stage(m, Mux(instr.out_signed, instr.clamp_lo.as_signed(), instr.clamp_lo),
+                         "clamp_lo")
+        clamp_hi = stage(m, Mux(instr.out_signed, instr.clamp_hi.as_signed(), instr.clamp_hi),
+                         "clamp_hi")
+        clamping = stage(m, instr.act == Activation.CLAMP, "clamping")
         for lane in range(L):
             code = act_after.o_stream.payload[lane]
             value = Mux(t3_signed, code.as_signed(), code)
-            clamped = Mux(instr.act == Activation.CLAMP,
+            clamped = Mux(clamping,
                           Mux(value < clamp_lo, clamp_lo, Mux(value > clamp_hi, clamp_hi, value)),
                           value)
             m.d.comb += clamp.payload[lane].eq(clamped[:8])
@@ -170,7 +180,7 @@ class PostChain(wiring.Component):
         sc_zp = Mux(instr.sc_signed, instr.sc_zp.as_signed(), instr.sc_zp)
         pooled_h = Mux(instr.upsample, instr.out_h >> 1, instr.out_h)
         pooled_w = Mux(instr.upsample, instr.out_w >> 1, instr.out_w)
-        m.d.comb += [
+        m.d.sync += [
             act.enable.eq(table_first),
             act_after.enable.eq(table_after),
             add.enable.eq(instr.eltwise == Eltwise.ADD),
@@ -227,8 +237,10 @@ class PostChain(wiring.Component):
         out = self.o_stream
         p_ob = Signal(16)              # channel block of the beat leaving the chain
         p_ox = Signal(12)
+        out_w = stage(m, instr.out_w, "mask_out_w")
+        chunk_channels = stage(m, instr.out_c - (self.ob_base << log2(L)), "chunk_channels")
         lanes_valid = Signal(range(L + 1))
-        remaining = instr.out_c - ((self.ob_base + p_ob) << log2(L))
+        remaining = chunk_channels - (p_ob << log2(L))
         m.d.comb += lanes_valid.eq(Mux(remaining >= L, L, remaining))
         masked = [Mux(lane < lanes_valid, chain.payload[lane], 0) for lane in range(L)]
         m.d.comb += [out.payload.eq(Cat(*masked)), out.valid.eq(chain.valid),
@@ -236,7 +248,7 @@ class PostChain(wiring.Component):
         with m.If(self.flush | self.start):
             m.d.sync += [p_ob.eq(0), p_ox.eq(0)]
         with m.Elif(chain.valid & out.ready):
-            with m.If(p_ox + 1 < instr.out_w):
+            with m.If(p_ox + 1 < out_w):
                 m.d.sync += p_ox.eq(p_ox + 1)
             with m.Else():
                 m.d.sync += p_ox.eq(0)
