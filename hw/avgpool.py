@@ -222,7 +222,8 @@ class Float32Divider(wiring.Component):
 
 class SumLane(wiring.Component):
     """One lane of the window sum: ``|d|·M`` in stage A, ``V = round24(|d|·M)`` in stage A2,
-    ``S + V`` in stage B, ``S = round24(S + V)`` in stage C (integers in units of ``2^E``);
+    ``S + V`` in stage B, ``S = round24(S + V)`` in stage C (integers in units of ``2^E``,
+    held as sign and magnitude);
     ``S`` read out as a float (exact). The caller sequences the stages (``b_first``: the
     element in stage B starts a window; ``c_valid``: stage C holds an element): an element's
     code in cycle *t* is in stage B in cycle *t* + :attr:`TO_B`. Elements come at most every
@@ -258,34 +259,47 @@ class SumLane(wiring.Component):
         product = Signal(_V_BITS)
         negative = Signal()
         m.d.sync += [product.eq(d_magnitude * self.x_significand), negative.eq(d < 0)]
-        # A2: V = the product rounded to 24 significant bits, with d's sign.
-        v_magnitude = round_significant(product, _V_BITS)
-        b_v = Signal(signed(_V_BITS + 1))
-        m.d.sync += b_v.eq(Mux(negative, -v_magnitude, v_magnitude))
+        # A2: |V| = the product rounded to 24 significant bits; V's sign is d's.
+        b_v = Signal(_V_BITS + 1)
+        b_negative = Signal()
+        m.d.sync += [b_v.eq(round_significant(product, _V_BITS)), b_negative.eq(negative)]
 
-        # B: the exact sum S + V (S = 0 before the window's first element).
-        s = Signal(signed(_S_BITS + 1))
-        c_sum = Signal(signed(_S_BITS + 2))
-        m.d.sync += c_sum.eq(Mux(self.b_first, 0, s) + b_v)
-        # C: S = the sum rounded to 24 significant bits (the float32 sum).
-        sum_magnitude = Signal(_S_BITS + 1)
-        m.d.comb += sum_magnitude.eq(Mux(c_sum < 0, -c_sum, c_sum))
-        rounded = round_significant(sum_magnitude, _S_BITS + 1)
+        # S and V are kept as sign and magnitude, so that C rounds a magnitude with neither a
+        # negation before it nor one after it (the loop B → C → B has a cycle per stage).
+        s = Signal(_S_BITS)                       # |S| < 2^37 (module documentation)
+        s_negative = Signal()
+        # B: the exact sum S + V (S = 0 before the window's first element): a sum of the
+        # magnitudes for equal signs, otherwise the difference with the larger magnitude's sign.
+        # A zero S may carry either sign: both cases give V then.
+        same_sign = s_negative == b_negative
+        total = s + b_v
+        difference = s - b_v                      # one bit wider than s: its sign bit
+        reverse = b_v - s
+        v_larger = difference[-1]
+        c_sum = Signal(_S_BITS + 1)
+        c_negative = Signal()
+        with m.If(self.b_first):
+            m.d.sync += [c_sum.eq(b_v), c_negative.eq(b_negative)]
+        with m.Elif(same_sign):
+            m.d.sync += [c_sum.eq(total), c_negative.eq(s_negative)]
+        with m.Elif(v_larger):
+            m.d.sync += [c_sum.eq(reverse), c_negative.eq(b_negative)]
+        with m.Else():
+            m.d.sync += [c_sum.eq(difference), c_negative.eq(s_negative)]
+        # C: |S| = the sum's magnitude rounded to 24 significant bits (the float32 sum).
         with m.If(self.c_valid):
-            m.d.sync += s.eq(Mux(c_sum < 0, -rounded, rounded))
+            m.d.sync += [s.eq(round_significant(c_sum, _S_BITS + 1)), s_negative.eq(c_negative)]
 
         # S as a float: sign, significand (exact: S has at most 24 significant bits), exponent;
-        # |S| and its leading zeros registered (READ_OUT), then normalised.
-        magnitude = Signal(_S_BITS)
-        m.d.comb += magnitude.eq(Mux(s < 0, -s, s))
+        # its leading zeros registered (READ_OUT), then normalised.
         leading_zeros = Signal(range(_S_BITS))
         for bit in range(_S_BITS):                 # later assignments win: the highest one
-            with m.If(magnitude[bit]):
+            with m.If(s[bit]):
                 m.d.comb += leading_zeros.eq(_S_BITS - 1 - bit)
         s_magnitude = Signal(_S_BITS)
         s_zeros = Signal(range(_S_BITS))
-        m.d.sync += [s_magnitude.eq(magnitude), s_zeros.eq(leading_zeros),
-                     self.negative.eq(s < 0), self.zero.eq(s == 0)]
+        m.d.sync += [s_magnitude.eq(s), s_zeros.eq(leading_zeros),
+                     self.negative.eq(s_negative & (s != 0)), self.zero.eq(s == 0)]
         normalised = Signal(_S_BITS)
         m.d.comb += [
             normalised.eq(s_magnitude << s_zeros),
@@ -505,9 +519,10 @@ class AvgPool(wiring.Component):
 
         # The group ends with its last input row or its last output row, whichever comes last:
         # start over in the same cycle (the configuration may change right after).
-        rows_next = rows.rows_in + row_stored
-        oy_next = rows.oy + row_walked
-        with m.If((rows_next == self.in_h) & (oy_next == self.out_h)):
+        # Both tests are taken from registers before the handshakes select one of them.
+        inputs_end = Mux(row_stored, rows.rows_in + 1 == self.in_h, rows.rows_in == self.in_h)
+        outputs_end = Mux(row_walked, rows.oy + 1 == self.out_h, rows.outputs_done)
+        with m.If(inputs_end & outputs_end):
             m.d.sync += [rows.rows_in.eq(0), rows.in_slot.eq(0), rows.oy.eq(0), rows.w.eq(0),
                          rows.storable.eq(_MAX_KERNEL), rows.w_slot.eq(0)]
 
