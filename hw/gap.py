@@ -117,15 +117,20 @@ class GlobalAvgPool(wiring.Component):
         # (at least one bit: a zero-width signal becomes an invalid Verilog range)
         segment = Signal(range(max(self.max_blocks, 2)))    # channel block of the next beat
         row = Signal(range(self.max_height))
+        # Each counter plus one, kept in a register of its own: the end tests are then
+        # equalities with the configuration, with no carry chain ahead of the input's ready.
+        column_next = Signal(range(self.max_width + 1), init=1)
+        segment_next = Signal(range(max(self.max_blocks, 2) + 1), init=1)
+        row_next = Signal(range(self.max_height + 1), init=1)
         sums = [Signal(signed(ACC_BITS), name=f"sum_{lane}") for lane in range(lanes)]
         held = [Signal(signed(ACC_BITS), name=f"held_{lane}") for lane in range(lanes)]
 
         busy = Signal()                         # the held sums or their output are in use
         segment_start = column == 0
-        segment_end = column == self.in_w - 1
-        last_segment = segment == self.blocks - 1
+        segment_end = column_next == self.in_w
+        last_segment = segment_next == self.blocks
         first_row = row == 0
-        last_row = row == self.in_h - 1
+        last_row = row_next == self.in_h
         last_pixel = segment_end & last_row     # a block's sums are complete
         accept = Signal()
         m.d.comb += [
@@ -133,11 +138,14 @@ class GlobalAvgPool(wiring.Component):
             accept.eq(self.i_stream.valid & self.i_stream.ready),
         ]
         with m.If(accept):
-            m.d.sync += column.eq(Mux(segment_end, 0, column + 1))
+            m.d.sync += [column.eq(Mux(segment_end, 0, column_next)),
+                         column_next.eq(Mux(segment_end, 1, column_next + 1))]
             with m.If(segment_end):
-                m.d.sync += segment.eq(Mux(last_segment, 0, segment + 1))
+                m.d.sync += [segment.eq(Mux(last_segment, 0, segment_next)),
+                             segment_next.eq(Mux(last_segment, 1, segment_next + 1))]
                 with m.If(last_segment):
-                    m.d.sync += row.eq(Mux(last_row, 0, row + 1))
+                    m.d.sync += [row.eq(Mux(last_row, 0, row_next)),
+                                 row_next.eq(Mux(last_row, 1, row_next + 1))]
 
         totals = Signal(data.ArrayLayout(signed(ACC_BITS), lanes))
         if self.max_blocks == 1:
@@ -147,7 +155,7 @@ class GlobalAvgPool(wiring.Component):
                 shape=data.ArrayLayout(signed(ACC_BITS), lanes), depth=self.max_blocks, init=[])
             write = partial.write_port()
             read = partial.read_port()
-            next_segment = Mux(last_segment, 0, segment + 1)
+            next_segment = Mux(last_segment, 0, segment_next)
             m.d.comb += [
                 read.addr.eq(Mux(accept & segment_end, next_segment, segment)),
                 write.addr.eq(segment),

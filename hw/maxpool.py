@@ -310,15 +310,17 @@ class MaxPool(wiring.Component):
         """Stage B takes the last column of the last segment of a row this cycle."""
         if self.max_blocks == 1:
             return take & (column == self.out_w - 1)
-        segment_column = Signal(range(self.max_out_width))
-        segment = Signal(range(self.max_blocks))
-        segment_end = segment_column == self.out_w - 1
-        last_segment = segment == self.blocks - 1
+        # The counters plus one, in registers: the end tests are equalities with the
+        # configuration, with no carry chain between them and the handshakes.
+        segment_column = Signal(range(self.max_out_width + 1), init=1)
+        segment = Signal(range(self.max_blocks + 1), init=1)
+        segment_end = segment_column == self.out_w
+        last_segment = segment == self.blocks
         row_end = take & segment_end & last_segment
         with m.If(take):
-            m.d.sync += segment_column.eq(Mux(segment_end, 0, segment_column + 1))
+            m.d.sync += segment_column.eq(Mux(segment_end, 1, segment_column + 1))
             with m.If(segment_end):
-                m.d.sync += segment.eq(Mux(last_segment, 0, segment + 1))
+                m.d.sync += segment.eq(Mux(last_segment, 1, segment + 1))
         return row_end
 
 
