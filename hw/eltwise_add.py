@@ -320,8 +320,9 @@ class EltwiseAddLane(wiring.Component):
         shift = Signal(range(_SATURATION_EXPONENT + 1))
         m.d.comb += shift.eq(Mux(in_range, t.exponent + 1, 0))
         integer = self.round_half_even(t.significand << shift, 24)          # ≤ 2^10
-        magnitude = Mux(t.zero | ~in_range, 0, integer)
-        s13_value = stage(Mux(t.negative, -magnitude, magnitude), "s13_value", signed(13))
+        # Sign and magnitude: the negation waits for stage 14, beside the clamp's comparisons.
+        s13_magnitude = stage(Mux(t.zero | ~in_range, 0, integer), "s13_magnitude", 11)
+        s13_negative = stage(t.negative, "s13_negative")
         saturates = ~t.zero & (t.exponent >= _SATURATION_EXPONENT)
         # cvtps_epi32: t ≥ 2^31 is INT32_MIN, like every t ≤ −2^31 and every NaN.
         beyond_int32 = ~t.zero & (t.exponent >= 31)
@@ -331,14 +332,16 @@ class EltwiseAddLane(wiring.Component):
         # -- stage 14: clamp ---------------------------------------------------------------------
         lo = Mux(self.out_signed, -128, 0)
         hi = Mux(self.out_signed, 127, 255)
+        above = ~s13_negative & (s13_magnitude > hi)
+        below = s13_negative & Mux(self.out_signed, s13_magnitude > 128, s13_magnitude != 0)
         with m.If(s13_to_lo):
             m.d.sync += self.y.eq(lo)
-        with m.Elif(s13_to_hi | (s13_value > hi)):
+        with m.Elif(s13_to_hi | above):
             m.d.sync += self.y.eq(hi)
-        with m.Elif(s13_value < lo):
+        with m.Elif(below):
             m.d.sync += self.y.eq(lo)
         with m.Else():
-            m.d.sync += self.y.eq(s13_value)
+            m.d.sync += self.y.eq(Mux(s13_negative, -s13_magnitude, s13_magnitude))
         return m
 
 

@@ -64,7 +64,7 @@ class Requantizer(wiring.Component):
 
     Timing: fully pipelined, one input per cycle, no back-pressure; the result of the inputs
     applied in cycle *k* is on ``y`` in cycle *k* + :attr:`LATENCY` (6). Stages:
-    0. the magnitude of ``acc`` and its leading one;
+    0. the magnitude of ``acc`` and its leading one (side by side);
     1. int32 → float32 (normalise, round to 24 bits);
     2. 24×24-bit significand product and exponent sum;
     3. round the 48-bit product to 24 bits (the float32 product);
@@ -111,13 +111,18 @@ class Requantizer(wiring.Component):
         def delay(value, cycles, name):
             return pipeline.delay(m, value, cycles, name)
 
-        # -- stage 0: |acc| and its leading zeros ---------------------------------------------
+        # -- stage 0: |acc| and its leading zeros, side by side ------------------------------
+        # The leading zeros are those of the one's complement ~acc = |acc| − 1 of a negative
+        # acc, so that they need not wait for the negation's carry chain: they are |acc|'s,
+        # or one more when |acc| is a power of two (stage 1 finds out). 0 counts 31 of them.
         acc_negative = self.acc[31]
         magnitude = Signal(32)              # |−2³¹| = 2³¹ still fits unsigned
         m.d.comb += magnitude.eq(Mux(acc_negative, -self.acc, self.acc))
-        leading_zeros = Signal(range(32))
+        ones = Signal(32)
+        m.d.comb += ones.eq(Mux(acc_negative, ~self.acc, self.acc))
+        leading_zeros = Signal(range(32), init=31)
         for bit in range(32):               # later assignments win: the highest set bit
-            with m.If(magnitude[bit]):
+            with m.If(ones[bit]):
                 m.d.comb += leading_zeros.eq(31 - bit)
 
         m_sign = self.multiplier[31]
@@ -126,21 +131,27 @@ class Requantizer(wiring.Component):
 
         s0_magnitude = stage(magnitude, "s0_magnitude", 32)
         s0_leading_zeros = stage(leading_zeros, "s0_leading_zeros", range(32))
-        s0_zero = stage((magnitude == 0) | (m_exponent_bits == 0), "s0_zero")
+        s0_zero = stage((self.acc == 0) | (m_exponent_bits == 0), "s0_zero")
         s0_invalid = stage(m_exponent_bits == 0xFF, "s0_invalid")
         s0_negative = stage(acc_negative ^ m_sign, "s0_negative")
         s0_m_exponent = stage(m_exponent_bits, "s0_m_exponent")
         s0_m_significand = stage(Cat(m_fraction, Const(1, 1)), "s0_m_significand")
 
         # -- stage 1: int32 → float32 (normalise, round to nearest even) ----------------------
+        # Shifted by the count of stage 0, the leading one is at bit 31, or at bit 32 when the
+        # count was one too many.
+        shifted = Signal(33)
+        m.d.comb += shifted.eq(s0_magnitude << s0_leading_zeros)
+        overshoot = shifted[32]
         normalised = Signal(32)             # leading one moved to bit 31
-        m.d.comb += normalised.eq(s0_magnitude << s0_leading_zeros)
+        m.d.comb += normalised.eq(Mux(overshoot, shifted[1:], shifted[:32]))
         rounded = self.round_half_even(normalised, 32 - 24)       # 25 bits
         # A carry out of the significand (…111.1 → 1000…) bumps the exponent; the significand
         # is then exactly 2^23 (rounded >> 1).
         acc_carry = rounded[24]
         acc_significand = Mux(acc_carry, rounded[1:], rounded[:24])
-        acc_exponent = 31 - s0_leading_zeros + acc_carry   # float32(|acc|) in [2^e, 2^e+1)
+        # float32(|acc|) in [2^e, 2^e+1)
+        acc_exponent = 31 - s0_leading_zeros + overshoot + acc_carry
 
         s1_significand = stage(acc_significand, "s1_significand", 24)
         s1_exponent = stage(acc_exponent, "s1_exponent", range(33))

@@ -300,11 +300,23 @@ def rounded_tie_sweep(target=100.5, span=1024):
     raise AssertionError("no rounded tie found")
 
 
+def powers_of_two():
+    """acc = ±2^k and its neighbours ±(2^k ± 1) for every k (the magnitude's leading one
+    moves with the carry of a negation exactly there), with m = 75·2^−(k+1): ±2^k gives the
+    tie ±37.5."""
+    k = np.repeat(np.arange(32), 6)
+    acc = (np.int64(1) << k) + np.tile([-1, 0, 1, -1, 0, 1], 32)
+    acc = np.where(np.tile([1, 1, 1, -1, -1, -1], 32) < 0, -acc, acc)
+    acc = np.clip(acc, INT32_MIN, INT32_MAX)
+    return acc, f32(75 * np.exp2(-(k + 1.0)))
+
+
 def sweeps():
     """name → (acc, m, config index): every accumulator (or multiplier) in a small window.
     All but the float32(0.3) sweep contain float32 products that are exact ties."""
     window = np.arange(-2048, 2048)
     return {
+        "acc +-2^k and +-(2^k +- 1), m=75*2^-(k+1)": (*powers_of_two(), 1),
         "acc -2048..2047, m=1/8 (all tie classes)": (window, f32([0.125] * 4096), 0),
         "acc -2048..2047, m=float32(0.3)": (window, f32([0.3] * 4096), 1),
         "2048 ulps of m across a rounded tie 100.5": (*rounded_tie_sweep(), 0),
