@@ -68,8 +68,8 @@ class Requantizer(wiring.Component):
     1. int32 → float32 (normalise, round to 24 bits);
     2. 24×24-bit significand product and exponent sum;
     3. round the 48-bit product to 24 bits (the float32 product);
-    4. round to an integer (or 0 / saturate, by exponent), apply the sign;
-    5. add the zero point and clamp.
+    4. round to an integer (or 0 / saturate, by exponent);
+    5. apply the sign, add the zero point and clamp.
     """
 
     #: Cycles from ``acc`` to ``y``.
@@ -204,8 +204,9 @@ class Requantizer(wiring.Component):
             m.d.comb += magnitude_int.eq(1 << K)
         with m.Else():
             m.d.comb += magnitude_int.eq(integer)
-        s4_value = stage(Mux(s3_negative, -magnitude_int, magnitude_int), "s4_value",
-                         signed(K + 2))
+        # Sign and magnitude: stage 5 applies the sign as it adds the zero point.
+        s4_magnitude = stage(magnitude_int, "s4_magnitude", K + 1)
+        s4_negative = stage(s3_negative, "s4_negative")
         s4_invalid = stage(s3_invalid, "s4_invalid")
 
         # -- stage 5: zero point and clamp ---------------------------------------------------
@@ -213,7 +214,8 @@ class Requantizer(wiring.Component):
         lo = delay(self.lo, self.LATENCY - 1, "lo")
         hi = delay(self.hi, self.LATENCY - 1, "hi")
         shifted = Signal(signed(K + 2))            # |value| ≤ 2^K, |zp| ≤ 2^(K−1)
-        m.d.comb += shifted.eq(s4_value + zero_point)
+        m.d.comb += shifted.eq(Mux(s4_negative, zero_point - s4_magnitude,
+                                   zero_point + s4_magnitude))
         raised = Mux(shifted < lo, lo, shifted)
         clamped = Mux(raised > hi, hi, raised)
         m.d.sync += [
