@@ -677,7 +677,12 @@ class AvgPool(wiring.Component):
                                                  slot_difference + _MAX_KERNEL,
                                                  slot_difference))),
         ]
+        # The element the line buffers are read for: the next one to issue (the walker's
+        # :meth:`_walker`).
+        read_column = Signal.like(walk_column)
+        read_slot = Signal.like(walk_slot)
         return SimpleNamespace(
+            read_column=read_column, read_slot=read_slot,
             segment=segment, segment_base=segment_base, ox=ox, h=h, c_first=c_first,
             c_end=c_end, window_rows=window_rows,
             divisor=Mux(self.count_include_pad, kernel_area, window_area),
@@ -693,13 +698,11 @@ class AvgPool(wiring.Component):
         issue = Signal()
         issue_last = Signal()
         a_valid, a_first, a_last = Signal(), Signal(), Signal()
-        a_slot = Signal(range(_MAX_KERNEL))
         b_first, b_last, b_valid = Signal(), Signal(), Signal()
         c_valid, c_last = Signal(), Signal()
         sum_done = Signal()                                    # S holds a finished window sum
         m.d.sync += [
             a_valid.eq(issue), a_first.eq(issue & walk.walk_first), a_last.eq(issue_last),
-            a_slot.eq(walk.walk_slot),
             c_valid.eq(b_valid), c_last.eq(b_valid & b_last),
         ]
         # A → B through the lane's product stages.
@@ -709,16 +712,27 @@ class AvgPool(wiring.Component):
             m.d.sync += delayed.eq(flags)
             flags = delayed
         m.d.comb += Cat(b_valid, b_first, b_last).eq(flags)
-        walk_address = walk.segment_base + walk.walk_column
+        # The line buffers are read a cycle ahead of the issue (the walker's next element), and
+        # the issue cycle registers the element's codes: stage A's product starts at a
+        # register, not at a block RAM's output through the buffers' multiplexer.
+        walk_address = walk.segment_base + walk.read_column
         for read in reads:
             m.d.comb += read.addr.eq(walk_address)
-        return SimpleNamespace(issue=issue, issue_last=issue_last, a_slot=a_slot,
+        read_slot = Signal(range(_MAX_KERNEL))
+        codes = Signal(data.ArrayLayout(8, self.lanes))
+        m.d.sync += [
+            read_slot.eq(walk.read_slot),
+            codes.eq(Mux(read_slot == 0, reads[0].data.as_value(),
+                         Mux(read_slot == 1, reads[1].data.as_value(),
+                             reads[2].data.as_value()))),
+        ]
+        return SimpleNamespace(issue=issue, issue_last=issue_last, codes=codes,
                                b_first=b_first, c_valid=c_valid, c_last=c_last,
                                sum_done=sum_done)
 
     def _walker(self, m, rows, walk, pipe, hold_valid, sum_ready, row_walked):
         """The window walker: the elements of one window after another, in the sum's order."""
-        with m.FSM(name="walker"):
+        with m.FSM(name="walker") as walker:
             with m.State("NEXT"):
                 # Start the window (segment, ox) of output row oy once its rows are stored.
                 with m.If(self.enable & ~rows.outputs_done & (rows.rows_in >= rows.needed)):
@@ -741,6 +755,12 @@ class AvgPool(wiring.Component):
                 with m.If(sum_ready):
                     m.next = "NEXT"
                     self._next_window(m, rows, walk, row_walked)
+        # The next element to issue: a window's first while the walker waits to start it, then
+        # the walk state, which moves to the following element as one issues (its reads in
+        # the cycles between are not used).
+        starting = walker.ongoing("NEXT")
+        m.d.comb += [walk.read_column.eq(Mux(starting, walk.c_first, walk.walk_column)),
+                     walk.read_slot.eq(Mux(starting, walk.first_slot, walk.walk_slot))]
 
     def _walk_elements(self, m, walk, pipe):
         """Walker state WALK: issues the window's elements, one every other cycle."""
@@ -816,9 +836,7 @@ class AvgPool(wiring.Component):
             summer = SumLane()
             m.submodules[f"sum_{lane}"] = summer
             m.d.comb += [
-                summer.code.eq(Mux(pipe.a_slot == 0, reads[0].data[lane],
-                                   Mux(pipe.a_slot == 1, reads[1].data[lane],
-                                       reads[2].data[lane]))),
+                summer.code.eq(pipe.codes[lane]),
                 summer.in_signed.eq(self.in_signed), summer.x_zp.eq(self.x_zp),
                 summer.x_significand.eq(x_significand), summer.x_exponent.eq(x_exponent),
                 summer.b_first.eq(pipe.b_first), summer.c_valid.eq(pipe.c_valid),
