@@ -533,7 +533,7 @@ class AvgPool(wiring.Component):
         advance = Signal()
         m.d.comb += advance.eq(~output_valid | self.o_stream.ready)
         hold_n, first_divider, second_divider = self._lanes(
-            m, reads, pipe, hold_valid, sum_ready, advance, output_codes)
+            m, pipe, hold_valid, sum_ready, advance, output_codes)
 
         # Lanes run in lockstep: lane 0's handshakes stand for all.
         with m.If(sum_ready):
@@ -718,12 +718,12 @@ class AvgPool(wiring.Component):
         walk_address = walk.segment_base + walk.read_column
         for read in reads:
             m.d.comb += read.addr.eq(walk_address)
-        read_slot = Signal(range(_MAX_KERNEL))
+        data_slot = Signal(range(_MAX_KERNEL))            # the buffer the read data is from
         codes = Signal(data.ArrayLayout(8, self.lanes))
         m.d.sync += [
-            read_slot.eq(walk.read_slot),
-            codes.eq(Mux(read_slot == 0, reads[0].data.as_value(),
-                         Mux(read_slot == 1, reads[1].data.as_value(),
+            data_slot.eq(walk.read_slot),
+            codes.eq(Mux(data_slot == 0, reads[0].data.as_value(),
+                         Mux(data_slot == 1, reads[1].data.as_value(),
                              reads[2].data.as_value()))),
         ]
         return SimpleNamespace(issue=issue, issue_last=issue_last, codes=codes,
@@ -809,7 +809,7 @@ class AvgPool(wiring.Component):
         with m.Else():
             m.d.sync += [ox.eq(ox + 1), h.eq(h + self.stride)]
 
-    def _lanes(self, m, reads, pipe, hold_valid, sum_ready, advance, output_codes):
+    def _lanes(self, m, pipe, hold_valid, sum_ready, advance, output_codes):
         """Per lane: dequantise, sum, convert, divide twice, requantise (its stages move
         with ``advance``)."""
         x_significand = Cat(self.x_scale[:23], 1)

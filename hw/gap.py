@@ -113,24 +113,23 @@ class GlobalAvgPool(wiring.Component):
         m.submodules.requantizer = requantizer = Requantizer(width=9)
 
         # -- accumulate Σ(x − x_zp) per lane ---------------------------------------------------
-        column = Signal(range(self.max_width))
+        # Column and row of the next beat count from 1, and the channel block (an address of the
+        # partial sums) has its successor in a register: the end tests are equalities with the
+        # configuration, with no carry chain ahead of the input's ready.
+        column = Signal(range(1, self.max_width + 1), init=1)
         # (at least one bit: a zero-width signal becomes an invalid Verilog range)
         segment = Signal(range(max(self.max_blocks, 2)))    # channel block of the next beat
-        row = Signal(range(self.max_height))
-        # Each counter plus one, kept in a register of its own: the end tests are then
-        # equalities with the configuration, with no carry chain ahead of the input's ready.
-        column_next = Signal(range(self.max_width + 1), init=1)
         segment_next = Signal(range(max(self.max_blocks, 2) + 1), init=1)
-        row_next = Signal(range(self.max_height + 1), init=1)
+        row = Signal(range(1, self.max_height + 1), init=1)
         sums = [Signal(signed(ACC_BITS), name=f"sum_{lane}") for lane in range(lanes)]
         held = [Signal(signed(ACC_BITS), name=f"held_{lane}") for lane in range(lanes)]
 
         busy = Signal()                         # the held sums or their output are in use
-        segment_start = column == 0
-        segment_end = column_next == self.in_w
+        segment_start = column == 1
+        segment_end = column == self.in_w
         last_segment = segment_next == self.blocks
-        first_row = row == 0
-        last_row = row_next == self.in_h
+        first_row = row == 1
+        last_row = row == self.in_h
         last_pixel = segment_end & last_row     # a block's sums are complete
         accept = Signal()
         m.d.comb += [
@@ -138,14 +137,12 @@ class GlobalAvgPool(wiring.Component):
             accept.eq(self.i_stream.valid & self.i_stream.ready),
         ]
         with m.If(accept):
-            m.d.sync += [column.eq(Mux(segment_end, 0, column_next)),
-                         column_next.eq(Mux(segment_end, 1, column_next + 1))]
+            m.d.sync += column.eq(Mux(segment_end, 1, column + 1))
             with m.If(segment_end):
                 m.d.sync += [segment.eq(Mux(last_segment, 0, segment_next)),
                              segment_next.eq(Mux(last_segment, 1, segment_next + 1))]
                 with m.If(last_segment):
-                    m.d.sync += [row.eq(Mux(last_row, 0, row_next)),
-                                 row_next.eq(Mux(last_row, 1, row_next + 1))]
+                    m.d.sync += row.eq(Mux(last_row, 1, row + 1))
 
         totals = Signal(data.ArrayLayout(signed(ACC_BITS), lanes))
         if self.max_blocks == 1:

@@ -209,7 +209,7 @@ class Requantizer(wiring.Component):
         s4_negative = stage(s3_negative, "s4_negative")
         s4_invalid = stage(s3_invalid, "s4_invalid")
 
-        # -- stage 5: zero point and clamp ---------------------------------------------------
+        # -- stage 5: the sign, the zero point and the clamp ---------------------------------
         zero_point = delay(self.zero_point, self.LATENCY - 1, "zero_point")
         lo = delay(self.lo, self.LATENCY - 1, "lo")
         hi = delay(self.hi, self.LATENCY - 1, "hi")

@@ -117,15 +117,14 @@ class PostChain(wiring.Component):
 
         # The shortcut stream: a residual tensor (ADD), the scale vector (CHANNEL_SCALE) or
         # the other factor (MUL).
+        # (add.enable and scale.enable: their configuration registers)
         s = self.s_stream
-        is_add = stage(m, instr.eltwise == Eltwise.ADD, "is_add")
-        multiplies = stage(m, eltwise_multiplies(instr.eltwise), "multiplies")
         m.d.comb += [
             add.s_stream.payload.eq(s.payload),
             scale.s_stream.payload.eq(s.payload),
-            add.s_stream.valid.eq(s.valid & is_add),
-            scale.s_stream.valid.eq(s.valid & multiplies),
-            s.ready.eq(Mux(is_add, add.s_stream.ready, scale.s_stream.ready)),
+            add.s_stream.valid.eq(s.valid & add.enable),
+            scale.s_stream.valid.eq(s.valid & scale.enable),
+            s.ready.eq(Mux(add.enable, add.s_stream.ready, scale.s_stream.ready)),
         ]
         # Clamp (Activation.CLAMP) between the tables and the pooling.
         clamp = stream.Signature(data.ArrayLayout(8, L)).create()
