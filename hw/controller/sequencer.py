@@ -168,8 +168,14 @@ class Sequencer(wiring.Component):
             param_len=Signal(24),
             window_off=Signal(24),                      # the window record in the block
             chunk_steps=Signal(32),                     # weight steps of chunk_obs + 1 blocks
-            weight_src=Signal(len(self.base)),          # the chunk's weight load
+            # The chunk's weight load. Its words are kept by additions (the current chunk's,
+            # a full chunk's, those after it): no product between the group's registers and
+            # the DMA command.
+            weight_src=Signal(len(self.base)),
             weight_len=Signal(24),
+            chunk_words=Signal(32), load_words=Signal(32), rest_words=Signal(32),
+            depthwise_bytes=Signal(24),                 # in_blocks·taps·L, every cycle
+            kernel_places=Signal(range(MAX_KERNEL + 1)),  # places the kernel's rows need
             # What the weight store holds: the whole weights at this DRAM offset.
             held_valid=Signal(), held_offset=Signal(len(instr.weights.offset)),
             held_depthwise=Signal(),
@@ -186,6 +192,10 @@ class Sequencer(wiring.Component):
         # Read data outside compute: a beat per cycle.
         with m.If(self.beat_fire & ~self.compute):
             m.d.sync += [self.load_pos.eq(self.load_pos + B), r.beat_index.eq(r.beat_index + 1)]
+        # Products of registers set in DECODE, read from PARAM_CMD on: unconditional, so
+        # synthesis shares no multiplier (and no input multiplexer) with other states.
+        g = self.group
+        m.d.sync += r.depthwise_bytes.eq(g.in_blocks * g.taps * self.config.lanes)
         with m.If(self.pf_loaded):
             m.d.sync += [r.held_valid.eq(1), r.held_offset.eq(self.pf_offset),
                          r.held_depthwise.eq(0), self.held_base.eq(self.pf_base)]
@@ -427,6 +437,8 @@ class Sequencer(wiring.Component):
                                    act_end)),
                 r.div_rem.eq(sizes.row_words), r.div_bit.eq(sizes.row_words.bit_length()),
                 g.places.eq(0),
+                # kh > places·ROW_BUFFER_ROWS ⇔ places < ⌈kh / ROW_BUFFER_ROWS⌉
+                r.kernel_places.eq((instr.kh + ROW_BUFFER_ROWS - 1) // ROW_BUFFER_ROWS),
             ]
             pooled_h = Mux(instr.upsample, instr.out_h >> 1, instr.out_h)
             pooled_w = Mux(instr.upsample, instr.out_w >> 1, instr.out_w)
@@ -485,13 +497,14 @@ class Sequencer(wiring.Component):
                 m.d.sync += [g.streaming.eq(too_big & ~frame), g.staged.eq(stage),
                              g.ob_base.eq(0), g.ob_count.eq(g.out_blocks),
                              g.chunk_obs.eq(Mux(too_big & frame, 0, g.out_blocks)),
-                             r.chunk_steps.eq(block_words)]
+                             r.chunk_steps.eq(block_words), r.chunk_words.eq(0),
+                             r.load_words.eq(r.weight_steps)]    # out_blocks·block_words
                 size = sizes.buffer_words << log2(L)
                 in_end = instr.input.offset + r.in_extent
                 out_end = instr.output.offset + r.out_extent
                 sc_end = instr.shortcut.offset + r.sc_extent
                 with m.If(r.overflow
-                          | (instr.kh > g.places * ROW_BUFFER_ROWS)
+                          | (g.places < r.kernel_places)
                           | ((r.weight_steps > sizes.weight_words) & g.depthwise)
                           | ((instr.input.space != MemSpace.DRAM) & (in_end > size))
                           | (stage & (r.in_extent > size))
@@ -519,12 +532,12 @@ class Sequencer(wiring.Component):
             # the store are computed over the whole frame, then the next ones.
             limit = Mux(instr.double_buffer, sizes.weight_words >> 1, sizes.weight_words)
             with m.If((r.chunk_steps <= limit) & (g.chunk_obs < g.out_blocks)):
-                m.d.sync += [g.chunk_obs.eq(g.chunk_obs + 1),
+                m.d.sync += [g.chunk_obs.eq(g.chunk_obs + 1), r.chunk_words.eq(r.chunk_steps),
                              r.chunk_steps.eq(r.chunk_steps + block_words)]
             with m.Elif(g.chunk_obs == 0):
                 self._fail(m, r, ErrorCode.BUFFER_OVERFLOW)     # one block does not fit
             with m.Else():
-                m.d.sync += g.ob_count.eq(g.chunk_obs)
+                m.d.sync += [g.ob_count.eq(g.chunk_obs), r.load_words.eq(r.chunk_words)]
                 m.next = "PARAM_CMD"
             self._guard(m, r)
 
@@ -532,26 +545,29 @@ class Sequencer(wiring.Component):
 
     def _group_states(self, m, r):
         cfg = self.config
-        L, Ti, To = cfg.lanes, cfg.ti, cfg.to
         instr, g, base = self.instr, self.group, self.base
-        block_words = g.block_words
         next_ob, next_obs, more_chunks = next_chunk(g.ob_base, g.ob_count, g.out_blocks,
                                                     g.chunk_obs)
-
-        def weight_load(ob_base, ob_count):
-            """The DMA read of the weights of blocks ob_base … ob_base + ob_count − 1 (depthwise
-            weights are a multiple of the bus width; normal ones too), registered: no
-            multiplier between the group's parameters and the DMA command."""
-            m.d.sync += [
-                r.weight_src.eq(base + instr.weights.offset
-                                + ((ob_base * block_words) << log2(Ti * To))),
-                r.weight_len.eq(Mux(g.depthwise, g.in_blocks * g.taps * L,
-                                    (ob_count * block_words) << log2(Ti * To))),
-            ]
+        word_bytes = log2(cfg.ti * cfg.to)
 
         def param_cmd():
-            m.d.sync += self.load_pos.eq(0)
-            weight_load(g.ob_base, g.ob_count)
+            # The first chunk's weight load: blocks 0 … ob_count − 1, load_words words
+            # (depthwise weights are a multiple of the bus width; normal ones too).
+            m.d.sync += [
+                self.load_pos.eq(0),
+                r.weight_src.eq(base + instr.weights.offset),
+                r.weight_len.eq(Mux(g.depthwise, r.depthwise_bytes, r.load_words << word_bytes)),
+                r.rest_words.eq(r.weight_steps - r.load_words),
+            ]
+
+        def next_weight_load():
+            # The next chunk's: after the current one; a full chunk or the rest.
+            words = Mux(r.rest_words < r.chunk_words, r.rest_words, r.chunk_words)
+            m.d.sync += [
+                r.weight_src.eq(r.weight_src + (r.load_words << word_bytes)),
+                r.weight_len.eq(words << word_bytes),
+                r.load_words.eq(words), r.rest_words.eq(r.rest_words - words),
+            ]
 
         def after_params():
             with m.If(g.identity | g.streaming | instr.weights_held):
@@ -599,7 +615,7 @@ class Sequencer(wiring.Component):
                 with m.If(more_chunks):
                     # Next chunk of output-channel blocks (frame reuse).
                     m.d.sync += [g.ob_base.eq(next_ob), g.ob_count.eq(next_obs)]
-                    weight_load(next_ob, next_obs)
+                    next_weight_load()
                     with m.If(instr.double_buffer):
                         m.next = "COMPUTE_START"    # the prefetch loaded it
                     with m.Else():

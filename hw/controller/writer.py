@@ -98,10 +98,16 @@ class OutputWriter(wiring.Component):
         o_row_addr = Signal(aw)
         o_seg_base = Signal(aw)        # first word of the current segment
         o_done = Signal()
+        # The chunk's first block's offset is added a cycle after start (from a product of
+        # registers, outside any condition): no multiplier between the sequencer's state and
+        # the addresses. Nothing is written before: the buffer is empty at start.
+        o_first_block = Signal(aw)
+        o_settle = Signal()
+        m.d.sync += o_first_block.eq((self.out_block0 + self.ob_base) * self.out_plane)
         o_committed = Signal(range(self.words + 1))
         o_chunk = Signal(range(chunk_words + 1))
         m.d.comb += o_chunk.eq(Mux(o_left < chunk_words, o_left, chunk_words))
-        o_req = self.compute & ~o_done & (fifo.level >= o_committed + o_chunk)
+        o_req = self.compute & ~o_done & ~o_settle & (fifo.level >= o_committed + o_chunk)
         out_local = instr.output.space != isa.MemSpace.DRAM
         cmd, local = self.cmd, self.local_cmd
         m.d.comb += [
@@ -116,11 +122,14 @@ class OutputWriter(wiring.Component):
         # Commands per chunk of a (oy, ob) segment.
         out_plane, out_row_bytes = self.out_plane, self.out_row_bytes
         with m.If(self.start):
-            first_out = (Mux(out_local, 0, self.base) + instr.output.offset
-                         + (self.out_block0 + self.ob_base) * out_plane)
+            operand = Mux(out_local, 0, self.base) + instr.output.offset
             m.d.sync += [o_oy.eq(0), o_ob.eq(0), o_left.eq(instr.out_w), o_done.eq(0),
-                         o_addr.eq(first_out), o_row_addr.eq(first_out),
-                         o_seg_base.eq(first_out)]
+                         o_addr.eq(operand), o_row_addr.eq(operand), o_seg_base.eq(operand),
+                         o_settle.eq(1)]
+        with m.Elif(o_settle):
+            m.d.sync += [o_addr.eq(o_addr + o_first_block),
+                         o_row_addr.eq(o_row_addr + o_first_block),
+                         o_seg_base.eq(o_seg_base + o_first_block), o_settle.eq(0)]
         with m.Elif(grant):
             with m.If(o_left > o_chunk):
                 m.d.sync += [o_left.eq(o_left - o_chunk), o_addr.eq(o_addr + o_chunk * L)]
