@@ -51,7 +51,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .pipeline import round_half_even
+from .pipeline import FLOAT32_SIGNIFICAND as _SIG
+from .pipeline import round_half_even, round_significant, signed_sum_magnitude
 from .beat import code_beat, pass_through
 from .requant import FLOAT32_BIAS
 
@@ -61,8 +62,6 @@ __all__ = ["AvgPool", "Float32Divider", "SumLane", "QuantizeLane", "MAX_HEIGHT"]
 MAX_HEIGHT = 4095
 #: Windows are at most 3 × 3; padding is below the window side.
 _MAX_KERNEL = 3
-#: float32 significand bits (with the hidden one).
-_SIG = 24
 #: Exponent fields: value = significand · 2^exponent, significand in [2^23, 2^24).
 _EXP = signed(12)
 #: |V| < 383·2^24 < 2^33; |S| ≤ 9·2^33 < 2^37.
@@ -72,26 +71,6 @@ _S_BITS = 37
 _FRACTION_BITS = 25
 #: |q| ≥ 2^10 saturates: 2^10 − 256 already lies beyond every output range.
 _SATURATION_EXPONENT = 10
-
-
-def round_significant(value, width: int, keep: int = _SIG):
-    """``value`` (unsigned, ``width`` bits) rounded to ``keep`` significant bits, to nearest,
-    ties to even, staying an integer (the dropped bits become 0). ``width + 1`` bits."""
-    droppable = width - keep
-    if droppable <= 0:
-        return value
-    # dropped[i]: bit i is dropped, i.e. the leading one is at keep + i or above.
-    dropped = [value[i + keep:].any() for i in range(droppable)] + [Const(0, 1)]
-    guard = Cat(*(value[i] & dropped[i] & ~dropped[i + 1]
-                  for i in range(droppable))).any()
-    sticky = Cat(*(value[i] & dropped[i + 1] for i in range(droppable))).any()
-    last_kept = Cat(Const(0, 1), *(~dropped[i] & dropped[i - 1]
-                                   for i in range(1, droppable + 1)))   # one-hot, or 0
-    odd = (value[:droppable + 1] & last_kept).any()
-    mask = Cat(*(~bit for bit in dropped[:droppable]), Const((1 << keep) - 1, keep))
-    return (value & mask) + Mux(guard & (sticky | odd), last_kept, 0)
-
-
 
 
 class Float32Divider(wiring.Component):
@@ -336,7 +315,7 @@ class QuantizeLane(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        # Stage 1: q + y_zp, exact, with 25 fraction bits.
+        # Stage 1: q + y_zp, exact, with 25 fraction bits, as sign and magnitude.
         scale = Signal(signed(13))                 # |q| in [2^scale, 2^(scale+1))
         m.d.comb += scale.eq(self.q_exp + (_SIG - 1))
         negligible = self.zero | (scale < -2)
@@ -345,21 +324,23 @@ class QuantizeLane(wiring.Component):
         m.d.comb += shift.eq(Mux(negligible | saturates, 0, scale + 2))
         fixed = Signal(_SIG + _SATURATION_EXPONENT + 1)          # |q|·2^25 < 2^35
         m.d.comb += fixed.eq(Mux(negligible | saturates, 0, self.q_sig << shift))
-        total = Signal(signed(37))
-        s1_saturates, s1_negative, s1_signed = Signal(), Signal(), Signal()
+        zp = self.y_zp << _FRACTION_BITS
+        minus_zp = Signal(signed(35))
+        m.d.comb += minus_zp.eq(-zp)
+        magnitude, below = signed_sum_magnitude(m, self.negative, fixed, zp, minus_zp, 37)
+        total_magnitude = Signal(36)
+        s1_below, s1_saturates, s1_negative, s1_signed = Signal(), Signal(), Signal(), Signal()
         with m.If(self.en):
             m.d.sync += [
-                total.eq(Mux(self.negative, -fixed, fixed) + (self.y_zp << _FRACTION_BITS)),
+                total_magnitude.eq(magnitude), s1_below.eq(below),
                 s1_saturates.eq(saturates), s1_negative.eq(self.negative),
                 s1_signed.eq(self.out_signed),
             ]
         # Stage 2: float32(q + y_zp), a magnitude and a sign.
-        total_magnitude = Signal(36)
-        m.d.comb += total_magnitude.eq(Mux(total < 0, -total, total))
         t = Signal(37)
         s2_below, s2_saturates, s2_negative, s2_signed = Signal(), Signal(), Signal(), Signal()
         with m.If(self.en):
-            m.d.sync += [t.eq(round_significant(total_magnitude, 36)), s2_below.eq(total < 0),
+            m.d.sync += [t.eq(round_significant(total_magnitude, 36)), s2_below.eq(s1_below),
                          s2_saturates.eq(s1_saturates), s2_negative.eq(s1_negative),
                          s2_signed.eq(s1_signed)]
         # The integer, clamped to the output range.

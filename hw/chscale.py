@@ -25,7 +25,7 @@ scale codes per channel block (or, ``per_pixel``, one per pixel) from a second s
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, EnableInserter, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, EnableInserter, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -178,29 +178,21 @@ class ChannelScaleLane(wiring.Component):
         s4_to_lo = stage(m_special | (saturates & (s3_negative | beyond_int32)), "s4_to_lo")
         s4_to_hi = stage(~m_special & saturates & ~s3_negative & ~beyond_int32, "s4_to_hi")
 
-        # -- stage 5: + y_zp, exactly, in fixed point -----------------------------------------
-        total = Mux(s4_negative, -s4_fixed, s4_fixed) + (self.y_zp << _FRACTION_BITS)
-        s5_sum = stage(total, "s5_sum", signed(37))        # |sum| < (2^10 + 2^8)·2^25 < 2^36
+        # -- stage 5: ± fixed + y_zp, exactly, in fixed point, as sign and magnitude ----------
+        # y_zp·2^25 and its negation are registered configuration.
+        zp = stage(self.y_zp << _FRACTION_BITS, "s0_zp", signed(35))
+        minus_zp = stage(-(self.y_zp << _FRACTION_BITS), "s0_minus_zp", signed(35))
+        # |sum| < (2^10 + 2^8)·2^25 < 2^36
+        magnitude, below = pipeline.signed_sum_magnitude(m, s4_negative, s4_fixed, zp, minus_zp,
+                                                         37)
+        s5_magnitude = stage(magnitude, "s5_magnitude", 36)
+        s5_negative = stage(below, "s5_negative")
         s5_to_lo = stage(s4_to_lo, "s5_to_lo")
         s5_to_hi = stage(s4_to_hi, "s5_to_hi")
 
         # -- stage 6: the float32 sum: round |sum| to 24 significant bits ---------------------
-        sum_magnitude = Signal(36)
-        m.d.comb += sum_magnitude.eq(Mux(s5_sum < 0, -s5_sum, s5_sum))
-        # Bit i is dropped when the leading one is at 24 + i or above (i < 12; the leading one
-        # is at bit 35 at most, so bits 12 and up are always kept).
-        droppable = 36 - 24
-        dropped = [sum_magnitude[i + 24:].any() for i in range(droppable)] + [Const(0, 1)]
-        guard = Cat(*(sum_magnitude[i] & dropped[i] & ~dropped[i + 1]
-                      for i in range(droppable))).any()
-        sticky = Cat(*(sum_magnitude[i] & dropped[i + 1] for i in range(droppable))).any()
-        last_kept = Cat(Const(0, 1), *(~dropped[i] & dropped[i - 1]
-                                       for i in range(1, droppable + 1)))   # one-hot, or 0
-        odd = (sum_magnitude[:droppable + 1] & last_kept).any()
-        keep = Cat(*(~bit for bit in dropped[:droppable]), Const((1 << 24) - 1, 24))
-        sum_rounded = (sum_magnitude & keep) + Mux(guard & (sticky | odd), last_kept, 0)
-        s6_rounded = stage(sum_rounded, "s6_rounded", 37)
-        s6_negative = stage(s5_sum < 0, "s6_negative")
+        s6_rounded = stage(pipeline.round_significant(s5_magnitude, 36), "s6_rounded", 37)
+        s6_negative = stage(s5_negative, "s6_negative")
         s6_to_lo = stage(s5_to_lo, "s6_to_lo")
         s6_to_hi = stage(s5_to_hi, "s6_to_hi")
 

@@ -142,8 +142,8 @@ class EltwiseAddLane(wiring.Component):
     1. ``|m|`` × 24-bit significand of ``x`` (≤ 32 bits); ``c`` aligned to it in the window;
     2. sum or difference of product and addend (exact but for the sticky bit);
     3. its magnitude;
-    4. leading zeros, and the sticky bit of the rounding;
-    5. normalisation to 24 bits and the guard bit;
+    4. leading zeros;
+    5. normalisation to 24 bits, the guard and the sticky bit;
     6. rounding to 24 significant bits, to nearest even (or ``c`` as it stands).
     Then 13. ``t`` to an integer, ties to even, or saturation; 14. clamp to the output range.
     """
@@ -237,11 +237,8 @@ class EltwiseAddLane(wiring.Component):
             s3_use_addend = stage(s2_use_addend, f"{prefix}_s3_use_addend")
             c3 = carry(c2, 3)
 
-            # -- 4: leading zeros, and the sticky bit of the rounding: bit i lies below the
-            # guard bit when a bit from i + 25 up is set.
+            # -- 4: leading zeros.
             s4_zeros = stage(_leading_zeros(s3_magnitude), f"{prefix}_s4_zeros", range(64))
-            s4_sticky = stage(Cat(*(s3_magnitude[i] & s3_magnitude[i + 25:].any()
-                                    for i in range(_WINDOW - 25))).any(), f"{prefix}_s4_sticky")
             s4_magnitude = stage(s3_magnitude, f"{prefix}_s4_magnitude")
             s4_zero = stage(s3_magnitude == 0, f"{prefix}_s4_zero")
             s4_negative = stage(s3_negative, f"{prefix}_s4_negative")
@@ -253,7 +250,11 @@ class EltwiseAddLane(wiring.Component):
             for bit in reversed(range(len(s4_zeros))):  # large steps first: fewer bits kept
                 normalised = Mux(s4_zeros[bit], normalised << (1 << bit), normalised)[:_WINDOW]
             s5_top = stage(normalised[_WINDOW - 25:], f"{prefix}_s5_top")      # 24 + guard
-            s5_sticky = stage(s4_sticky, f"{prefix}_s5_sticky")
+            # The sticky bit of the rounding, from the registered count beside the shifts:
+            # bit i lies below the guard bit when i + 25 ≤ 61 − zeros, the leading one's bit.
+            below_guard = Cat(*(s4_zeros + i < _WINDOW - 25 for i in range(_WINDOW - 25)))
+            s5_sticky = stage((s4_magnitude[:_WINDOW - 25] & below_guard).any(),
+                              f"{prefix}_s5_sticky")
             # Leading one at window bit k = 61 − zeros, worth 2^(k − 27 + Ex).
             s5_exponent = stage(_WINDOW - 1 - 27 - s4_zeros + x.exponent,
                                 f"{prefix}_s5_exponent", _EXPONENT)

@@ -2,14 +2,19 @@
 
 :func:`stage` and :func:`delay` build the reset-less datapath registers of the requantiser, the
 SE channel scale and the QLinearAdd unit; :func:`round_half_even` is the one round-to-nearest,
-ties-to-even step they (and the average pool) apply to significands and fixed-point values.
+ties-to-even step they (and the average pool) apply to significands and fixed-point values;
+:func:`round_significant` rounds an integer to a float32's 24 significant bits;
+:func:`signed_sum_magnitude` adds a signed constant to a sign-and-magnitude value.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Const, Signal
+from amaranth.hdl import Cat, Const, Mux, Signal, signed
 
-__all__ = ["stage", "delay", "round_half_even"]
+__all__ = ["stage", "delay", "round_half_even", "round_significant", "signed_sum_magnitude"]
+
+#: Significant bits of a float32.
+FLOAT32_SIGNIFICAND = 24
 
 
 def stage(m, value, name: str, shape=None):
@@ -33,3 +38,33 @@ def round_half_even(value, drop: int):
     guard = value[drop - 1]
     sticky = value[:drop - 1].any() if drop > 1 else Const(0)
     return kept + (guard & (sticky | kept[0]))
+
+
+def round_significant(value, width: int, keep: int = FLOAT32_SIGNIFICAND):
+    """``value`` (unsigned, ``width`` bits) rounded to ``keep`` significant bits, to nearest,
+    ties to even, staying an integer (the dropped bits become 0). ``width + 1`` bits."""
+    droppable = width - keep
+    if droppable <= 0:
+        return value
+    # dropped[i]: bit i is dropped, i.e. the leading one is at keep + i or above.
+    dropped = [value[i + keep:].any() for i in range(droppable)] + [Const(0, 1)]
+    guard = Cat(*(value[i] & dropped[i] & ~dropped[i + 1]
+                  for i in range(droppable))).any()
+    sticky = Cat(*(value[i] & dropped[i + 1] for i in range(droppable))).any()
+    last_kept = Cat(Const(0, 1), *(~dropped[i] & dropped[i - 1]
+                                   for i in range(1, droppable + 1)))   # one-hot, or 0
+    odd = (value[:droppable + 1] & last_kept).any()
+    mask = Cat(*(~bit for bit in dropped[:droppable]), Const((1 << keep) - 1, keep))
+    return (value & mask) + Mux(guard & (sticky | odd), last_kept, 0)
+
+
+def signed_sum_magnitude(m, negative, magnitude, addend, minus_addend, width: int):
+    """``(−1)^negative · magnitude + addend`` as ``(|sum|, sum < 0)``, ``width`` bits signed
+    for the sum. The sum and its negation are formed side by side (``minus_addend`` is
+    ``−addend``, given so a caller can register it) and the sum's sign picks one: no negation
+    follows the adder."""
+    total, negated = Signal(signed(width)), Signal(signed(width))
+    m.d.comb += [total.eq(Mux(negative, addend - magnitude, addend + magnitude)),
+                 negated.eq(Mux(negative, magnitude + minus_addend, minus_addend - magnitude))]
+    below = total < 0
+    return Mux(below, negated, total)[:width - 1], below
