@@ -12,17 +12,25 @@ the accelerator's critical path. Read beats are issued only when the response FI
 for them, so RREADY may be low at any time without losing data.
 
 Beats outside the memory answer DECERR (reads return zero, writes are dropped).
+
+For simulation, ``backdoor=True`` keeps the same logic around a Verilog array instead of an
+Amaranth memory (Amaranth writes every word's initial value, so a memory of megabytes would make
+megabytes of Verilog): :data:`~sfnpu.hw.axi_mem.SIM_DRAM_VERILOG`, read through a register as
+the block RAM is, with its file backdoor — the plusarg ``+sfnpu_load=FILE`` preloads the array
+at time 0 (``$readmemh``), and a clock edge with ``backdoor_dump`` high writes words ``[0,
++sfnpu_dump_words)`` to ``+sfnpu_dump=FILE`` (``$writememh``).
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import ClockSignal, Const, Instance, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFO
-from amaranth.lib.memory import Memory
+from amaranth.lib.memory import Memory, ReadPort, WritePort
 from amaranth.lib.wiring import In, Out
 
 from .axi import Axi4Signature, Resp
+from .axi_mem import SIM_DRAM_MODULE
 
 __all__ = ["AxiBlockRam", "HostPortSignature"]
 
@@ -54,9 +62,13 @@ class AxiBlockRam(wiring.Component):
         The slave port (the accelerator's DRAM master connects here).
     host : In(HostPortSignature(word_bits, data_width))
         Word access for a bridge; takes priority over the bus for one cycle at a time.
+    backdoor_dump : In(1)
+        With ``backdoor=True`` only (simulation): a clock edge with it high writes the memory
+        to the file named by ``+sfnpu_dump`` (see the module docstring).
     """
 
-    def __init__(self, *, size: int, data_width: int = 32, addr_width: int = 32):
+    def __init__(self, *, size: int, data_width: int = 32, addr_width: int = 32,
+                 backdoor: bool = False):
         self.bus_bytes = data_width // 8
         if size <= 0 or size % self.bus_bytes:
             raise ValueError(f"block RAM size {size} must be a positive multiple of "
@@ -66,20 +78,42 @@ class AxiBlockRam(wiring.Component):
         self.data_width = data_width
         self.addr_width = addr_width
         self.word_bits = max(1, (self.words - 1).bit_length())
-        super().__init__({
+        self.backdoor = backdoor
+        members = {
             "bus": In(Axi4Signature(addr_width, data_width)),
             "host": In(HostPortSignature(self.word_bits, data_width)),
-        })
+        }
+        if backdoor:
+            members["backdoor_dump"] = In(1)
+        super().__init__(members)
+
+    def _storage(self, m):
+        """The read port (data one cycle after the address) and the byte-wide write port."""
+        if not self.backdoor:
+            m.submodules.storage = storage = Memory(shape=self.data_width, depth=self.words,
+                                                    init=[])
+            read = storage.read_port()
+            write = storage.write_port(granularity=8)
+            return read, write
+        read = ReadPort.Signature(addr_width=self.word_bits,
+                                  shape=self.data_width).create(path=("read",))
+        write = WritePort.Signature(addr_width=self.word_bits, shape=self.data_width,
+                                    granularity=8).create(path=("write",))
+        array_data = Signal(self.data_width)
+        m.submodules.storage = Instance(
+            SIM_DRAM_MODULE, p_WORDS=self.words, p_WIDTH=self.data_width,
+            i_clk=ClockSignal(), i_raddr=read.addr, o_rdata=array_data,
+            i_waddr=write.addr, i_wdata=write.data, i_wstrb=write.en,
+            i_baddr=0, i_bwdata=0, i_bwe=0, i_bdump=self.backdoor_dump)
+        m.d.sync += read.data.eq(array_data)
+        return read, write
 
     def elaborate(self, platform):
         m = Module()
         bus, host = self.bus, self.host
         offset_bits = self.bus_bytes.bit_length() - 1
         bus_word_bits = self.addr_width - offset_bits
-        m.submodules.storage = storage = Memory(shape=self.data_width, depth=self.words,
-                                                init=[])
-        read = storage.read_port()
-        write = storage.write_port(granularity=8)
+        read, write = self._storage(m)
 
         def in_range(word):
             return word < self.words

@@ -40,6 +40,10 @@ class BoardSystem(wiring.Component):
         AS4C-7 timing at ``clock_mhz``) or ``memory_bytes`` of block RAM.
     memory_bytes : int
         The block RAM's size (``memory="bram"`` only).
+    backdoor : bool
+        Simulation only (``memory="bram"``): the block RAM's storage is a Verilog array with a
+        file backdoor (:class:`~sfnpu.hw.block_ram.AxiBlockRam`'s ``backdoor``), so a
+        simulated board may have megabytes of it and start with an image in it.
     clock_mhz : float
         The clock the SDRAM timing is computed for (default: the configuration's).
     sdram_read_delay : int
@@ -63,16 +67,21 @@ class BoardSystem(wiring.Component):
         The accelerator's interrupt (a run ended, if enabled).
     sdram : Out(SdramPinsSignature(ULX3S_SDRAM))
         The SDRAM's pins (``memory="sdram"`` only).
+    backdoor_dump : In(1)
+        With ``backdoor`` only: an edge with it high writes the block RAM to a file.
     """
 
     def __init__(self, config: HwConfig, *, memory: str = "sdram",
                  memory_bytes: int | None = None, uart_divisor: int,
                  clock_mhz: float | None = None, sdram_read_delay: int = 0,
-                 heartbeat_bits: int = 26, with_accelerator: bool = True):
+                 heartbeat_bits: int = 26, with_accelerator: bool = True,
+                 backdoor: bool = False):
         if memory not in MEMORIES:
             raise ValueError(f"memory={memory!r}: choose one of {', '.join(MEMORIES)}")
         if (memory == "bram") != (memory_bytes is not None):
             raise ValueError("memory_bytes sizes the block RAM: give it with memory='bram' only")
+        if backdoor and memory != "bram":
+            raise ValueError("backdoor is the simulated block RAM's: give it with memory='bram'")
         self.config = config
         self.memory = memory
         self.with_accelerator = with_accelerator
@@ -81,6 +90,7 @@ class BoardSystem(wiring.Component):
         self.memory_bytes = memory_bytes if memory == "bram" else ULX3S_SDRAM.size_bytes
         self.uart_divisor = uart_divisor
         self.heartbeat_bits = heartbeat_bits
+        self.backdoor = backdoor
         members = {
             "uart_rx": In(1, init=1),
             "uart_tx": Out(1, init=1),
@@ -89,6 +99,8 @@ class BoardSystem(wiring.Component):
         }
         if memory == "sdram":
             members["sdram"] = Out(SdramPinsSignature(ULX3S_SDRAM))
+        if backdoor:
+            members["backdoor_dump"] = In(1)
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -101,7 +113,10 @@ class BoardSystem(wiring.Component):
             wiring.connect(m, memory.sdram, wiring.flipped(self.sdram))
         else:
             m.submodules.memory = memory = AxiBlockRam(
-                size=self.memory_bytes, data_width=cfg.dram_bus_bits, addr_width=32)
+                size=self.memory_bytes, data_width=cfg.dram_bus_bits, addr_width=32,
+                backdoor=self.backdoor)
+            if self.backdoor:
+                m.d.comb += memory.backdoor_dump.eq(self.backdoor_dump)
         m.submodules.uart_rx = rx = UartRx(self.uart_divisor)
         m.submodules.uart_tx = tx = UartTx(self.uart_divisor)
         m.submodules.bridge = bridge = UartBridge(

@@ -40,6 +40,7 @@ from sfnpu.regmap import ErrorCode
 from .cocotb_build import CocotbBuild
 from .cocotb_system import CLOCK_NS, COUNTERS
 from .elaborate import system_verilog
+from .memfile import hex_image, read_dump
 
 __all__ = ["SystemHarness", "RunResult", "Scoreboard", "COUNTERS", "wave_format",
            "system_ports"]
@@ -137,26 +138,6 @@ def bench_verilog(config: HwConfig, dram_bytes: int) -> str:
     return "\n".join(lines)
 
 
-def _hex_image(blob: bytes, base: int, bus_bytes: int) -> str:
-    """``$readmemh`` text: the image's words from word ``base / bus_bytes`` on."""
-    padded = blob + bytes(-len(blob) % bus_bytes)
-    words = np.frombuffer(padded, np.uint8).reshape(-1, bus_bytes)[:, ::-1]
-    digits = words.tobytes().hex()
-    width = 2 * bus_bytes
-    lines = [digits[k:k + width] for k in range(0, len(digits), width)]
-    return f"@{base // bus_bytes:x}\n" + "\n".join(lines) + "\n"
-
-
-def _read_dump(path: Path, bus_bytes: int) -> bytes:
-    """The bytes of a ``$writememh`` file (one word per line, most significant digit first)."""
-    lines = [line for line in path.read_text().split()
-             if not line.startswith(("@", "//"))]
-    width = 2 * bus_bytes
-    digits = "".join(line.rjust(width, "0") for line in lines)
-    words = np.frombuffer(bytes.fromhex(digits), np.uint8).reshape(-1, bus_bytes)
-    return words[:, ::-1].tobytes()
-
-
 def _footprint(blob: bytes) -> int:
     """The image's DRAM footprint: its header's image_bytes (outputs and intermediates lie
     past the blob's end)."""
@@ -212,14 +193,14 @@ class SystemHarness:
         paths = {name: run_dir / name for name in
                  ("image.hex", "run.json", "result.json", "dram.hex", "results.xml", "sim.log")}
         try:
-            paths["image.hex"].write_text(_hex_image(blob, base, B))
+            paths["image.hex"].write_text(hex_image(blob, base, B))
             paths["run.json"].write_text(json.dumps({
                 "base": base, "window": [lo, hi], "max_cycles": max_cycles,
                 "abort_after": abort_after, "result": str(paths["result.json"]),
                 "registers": regmap.offsets_and_masks()}))
             self._simulate(run_dir, paths, dump_bytes // B, waves_file)
             values = json.loads(paths["result.json"].read_text())
-            dram = _read_dump(paths["dram.hex"], B)
+            dram = read_dump(paths["dram.hex"], B)
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
         log = values["group_log"]

@@ -142,8 +142,8 @@ class BoardRunner:
         self.fingerprint = link.read64("FINGERPRINT")
         self.log_depth = link.csr_read(_reg("GROUP_LOG_DEPTH"))
 
-    def load(self, blob: bytes) -> int:
-        """Check and write the image, clear the rest of its footprint; returns the footprint."""
+    def check(self, blob: bytes) -> int:
+        """Check the image against this board; returns its footprint (bytes, whole words)."""
         image.unpack(blob)                  # a malformed image fails here, with the reason
         fingerprint, = struct.unpack_from(
             "<Q", blob, image.field_offset(image.HEADER_FIELDS, "fingerprint"))
@@ -157,16 +157,25 @@ class BoardRunner:
         if footprint > self.link.memory_bytes:
             raise ValueError(f"image footprint of {footprint} bytes does not fit the board's "
                              f"{self.link.memory_bytes}-byte memory")
-        padded = blob + bytes(footprint - len(blob))
-        self.link.mem_write(0, padded)
+        return footprint
+
+    def load(self, blob: bytes) -> int:
+        """Check and write the image, clear the rest of its footprint; returns the footprint."""
+        footprint = self.check(blob)
+        self.link.mem_write(0, blob + bytes(footprint - len(blob)))
         return footprint
 
     def run(self, blob: bytes, *, timeout_s: float = 10.0, poll_s: float = 0.0,
-            window: tuple[int, int] | None = None) -> BoardRun:
-        """Run ``blob``; the DMA window defaults to the whole board memory."""
+            window: tuple[int, int] | None = None, preloaded: bool = False) -> BoardRun:
+        """Run ``blob``; the DMA window defaults to the whole board memory.
+
+        ``preloaded``: the image is in the board's memory already, the rest of its footprint
+        cleared (a simulated board's backdoor, :mod:`sfnpu.tb.board`, put it there and reads
+        the memory after the run): it is checked but not written, and ``dram`` stays empty.
+        """
         link = self.link
         window_base, window_limit = window or (0, link.memory_bytes)
-        footprint = self.load(blob)
+        footprint = self.check(blob) if preloaded else self.load(blob)
         if link.csr_read(_reg("STATUS")) & _mask("STATUS", "busy"):
             raise LinkError("the accelerator is busy")
         link.write64("IMAGE_BASE", 0)
@@ -196,7 +205,7 @@ class BoardRunner:
             error_group=link.csr_read(_reg("ERROR_GROUP")),
             error_addr=link.read64("ERROR_ADDR"),
             counters=counters, group_cycles=cycles, group_bytes=group_bytes,
-            dram=link.mem_read(0, footprint))
+            dram=b"" if preloaded else link.mem_read(0, footprint))
 
 
 class _SerialTransport:
