@@ -32,7 +32,10 @@ unsigned comparison serves both types and the key 0 (the lowest code) is the neu
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal, signed
+import operator
+from functools import reduce
+
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -160,14 +163,17 @@ class MaxPool(wiring.Component):
         return m
 
     def _key_max(self, m, candidates, name):
-        """Lane-wise maximum of (keys, included) pairs; excluded ones count as key 0."""
+        """Lane-wise maximum of (keys, included) pairs; excluded ones count as key 0. Every
+        pair of candidates is compared side by side and the first maximum is selected (one
+        comparison deep, not one per candidate)."""
         result = Signal(data.ArrayLayout(8, self.lanes), name=name)
         for lane in range(self.lanes):
-            best = None
-            for keys, included in candidates:
-                value = Mux(included, keys[lane], 0)
-                best = value if best is None else Mux(value > best, value, best)
-            m.d.comb += result[lane].eq(best)
+            values = [Mux(included, keys[lane], 0) for keys, included in candidates]
+            wins = [Cat(*(value > other for other in values[:i]),
+                        *(value >= other for other in values[i + 1:])).all()
+                    for i, value in enumerate(values)]
+            selected = [Mux(win, value, 0) for win, value in zip(wins, values)]   # one-hot
+            m.d.comb += result[lane].eq(reduce(operator.or_, selected))
         return result
 
     def _horizontal(self, m, sign_flip):
