@@ -74,14 +74,25 @@ class GlobalAvgPool(wiring.Component):
     Configuration may change only between groups: once every input beat has been accepted
     and every output beat delivered.
 
-    Timing: one input beat per cycle. The output beat of a block is ready ``lanes +``
+    Timing: one input beat per cycle. A beat is taken into an input register and added to
+    its sums in the next cycle at the earliest (:attr:`INPUT_LATENCY`): the sums' adders are
+    not behind the upstream stages' bypass multiplexers. The output beat of a block is ready
+    :meth:`output_latency` ``= INPUT_LATENCY + lanes +``
     :attr:`Requantizer.LATENCY <sfnpu.hw.requant.Requantizer.LATENCY>` ``+ 1`` cycles after
-    its last input beat; the last beat of the next block waits until that output has left
-    (blocks whose last beats are at least ``lanes + LATENCY + 2`` beats apart never wait when
-    the output is not stalled: with ``blocks = 1`` blocks of ``in_h · in_w`` at least that many
-    pixels, with several blocks last-row segments of ``in_w`` that wide; the other rows never
-    wait).
+    its last input beat was taken; that beat's successor in the next block waits in the input
+    register until the output has left (blocks whose last beats are at least ``lanes +
+    LATENCY + 2`` beats apart never wait when the output is not stalled: with ``blocks = 1``
+    blocks of ``in_h · in_w`` at least that many pixels, with several blocks last-row segments
+    of ``in_w`` that wide; the other rows never wait).
     """
+
+    #: Cycles from a beat's acceptance to its accumulation.
+    INPUT_LATENCY = 1
+
+    @classmethod
+    def output_latency(cls, lanes: int) -> int:
+        """Cycles from a block's last input beat (taken) to its output beat (ready)."""
+        return cls.INPUT_LATENCY + lanes + Requantizer.LATENCY + 1
 
     def __init__(self, lanes: int, max_height: int = 4095, max_width: int = 4095,
                  max_blocks: int = 1):
@@ -112,10 +123,15 @@ class GlobalAvgPool(wiring.Component):
         lanes = self.lanes
         m.submodules.requantizer = requantizer = Requantizer(width=9)
 
+        # -- the input register ------------------------------------------------------------------
+        codes = Signal(data.ArrayLayout(8, lanes))
+        pending = Signal()                      # codes hold a beat not yet accumulated
+        accept = Signal()                       # the pending beat is added to the sums
+
         # -- accumulate Σ(x − x_zp) per lane ---------------------------------------------------
-        # Column and row of the next beat count from 1, and the channel block (an address of the
-        # partial sums) has its successor in a register: the end tests are equalities with the
-        # configuration, with no carry chain ahead of the input's ready.
+        # Column and row of the pending beat count from 1, and the channel block (an address of
+        # the partial sums) has its successor in a register: the end tests are equalities with
+        # the configuration, with no carry chain ahead of the input's ready.
         column = Signal(range(1, self.max_width + 1), init=1)
         # (at least one bit: a zero-width signal becomes an invalid Verilog range)
         segment = Signal(range(max(self.max_blocks, 2)))    # channel block of the next beat
@@ -131,11 +147,14 @@ class GlobalAvgPool(wiring.Component):
         first_row = row == 1
         last_row = row == self.in_h
         last_pixel = segment_end & last_row     # a block's sums are complete
-        accept = Signal()
         m.d.comb += [
-            self.i_stream.ready.eq(self.enable & (~last_pixel | ~busy)),
-            accept.eq(self.i_stream.valid & self.i_stream.ready),
+            accept.eq(pending & (~last_pixel | ~busy)),
+            self.i_stream.ready.eq(self.enable & (~pending | accept)),
         ]
+        with m.If(self.i_stream.valid & self.i_stream.ready):
+            m.d.sync += [codes.eq(self.i_stream.payload), pending.eq(1)]
+        with m.Elif(accept):
+            m.d.sync += pending.eq(0)
         with m.If(accept):
             m.d.sync += column.eq(Mux(segment_end, 1, column + 1))
             with m.If(segment_end):
@@ -166,7 +185,7 @@ class GlobalAvgPool(wiring.Component):
             previous = [Mux(from_memory, read.data[lane], sums[lane]) for lane in range(lanes)]
 
         for lane in range(lanes):
-            code = self.i_stream.payload[lane]
+            code = codes[lane]
             value = Mux(self.in_signed, code.as_signed(), code)       # 9-bit signed
             total = totals[lane]
             m.d.comb += total.eq(Mux(segment_start & first_row, 0, previous[lane])

@@ -28,7 +28,7 @@ class OutputWriter:
 
     def __init__(self, model: CycleModel, plan: ChunkPlan, dram: CommandArbiter,
                  shortcut: ShortcutReader, latency: int):
-        from sfnpu.hw.requant import Requantizer
+        from sfnpu.hw.gap import GlobalAvgPool
 
         instr, obs, L = plan.instr, plan.obs, model.L
         self.plan, self.dram, self.shortcut, self.latency, self.L = plan, dram, shortcut, \
@@ -50,7 +50,8 @@ class OutputWriter:
         self.streamed = plan.s.streaming and instr.pool in (Pool.NONE, Pool.GLOBAL_AVG) \
             and not instr.upsample
         # GlobalAvgPool: a block's output follows its last conv row's sums (PostChain)
-        self.gap_output = L + Requantizer.LATENCY + 1 if instr.pool == Pool.GLOBAL_AVG else 0
+        self.gap_output = GlobalAvgPool.output_latency(L) if instr.pool == Pool.GLOBAL_AVG \
+            else 0
         self.streamed_readies = {}      # pooled row → its streamed chunks' ready cycles
         self.rows_written = 0           # pooled rows commanded
         # the write buffer (hw.controller.writer): its words, and the bus beats of one

@@ -46,18 +46,20 @@ def post_latency(instr: Instruction) -> int:
 
 def gap_outputs(lanes: int, obs: int, block_cycles: int) -> list[int]:
     """The cycle each block's GlobalAvgPool output is ready, from the cycle the last
-    block's last result leaves the array. A block's sums are fed to the one requantiser
-    lane by lane after its last beat, its output beat is ready L + LATENCY + 1 cycles
-    after that beat, and the next block's last beat is taken only once the output has
-    left (one cycle later); the last row's blocks arrive block_cycles apart."""
-    from sfnpu.hw.requant import Requantizer
+    block's last result leaves the array. A block's last beat is added to its sums
+    INPUT_LATENCY cycles after it is taken, or — waiting in the input register — the cycle
+    after the previous block's output has left; the sums are then fed to the one
+    requantiser lane by lane, and the output is ready output_latency − INPUT_LATENCY cycles
+    after the addition. The last row's blocks arrive block_cycles apart."""
+    from sfnpu.hw.gap import GlobalAvgPool
 
-    output = lanes + Requantizer.LATENCY + 1
-    last = -(obs - 1) * block_cycles
-    outputs = [last + output]
-    for b in range(1, obs):
-        last = max(-(obs - 1 - b) * block_cycles, last + output + 1)
-        outputs.append(last + output)
+    summed_to_output = GlobalAvgPool.output_latency(lanes) - GlobalAvgPool.INPUT_LATENCY
+    outputs = []
+    for b in range(obs):
+        summed = -(obs - 1 - b) * block_cycles + GlobalAvgPool.INPUT_LATENCY
+        if outputs:
+            summed = max(summed, outputs[-1] + 1)
+        outputs.append(summed + summed_to_output)
     return outputs
 
 
