@@ -13,7 +13,7 @@ from sfnpu.regmap import ErrorCode
 
 from ..dma import Direction
 from .common import INSTRUCTION_BYTES, ISA, aligned_instruction, fetch_beats, log2, \
-    next_chunk, shifted_in
+    shifted_in
 
 __all__ = ["WeightPrefetch"]
 
@@ -50,8 +50,12 @@ class WeightPrefetch(wiring.Component):
         Abort; a compute phase's first cycle (the prefetch starts).
     instr : In(InstructionLayout), base, fetch_addr : In(addr_width)
         The group's instruction, the image base, the instruction's address.
-    ob_base, ob_count, out_blocks, chunk_obs : In(16), block_words : In(22)
-        The chunk's output blocks, the group's, blocks per chunk; words of a block's weights.
+    ob_base, ob_count, out_blocks : In(16)
+        The chunk's output blocks and the group's.
+    load_words : In(32)
+        The computing chunk's weight words (the sequencer's).
+    next_src : In(addr_width), next_words : In(32)
+        The group's next chunk: its DRAM address and words (the sequencer's registers).
     identity, streaming : In(1)
         The group has no weights in the store.
     weights_base : In(range(words + 1))
@@ -77,8 +81,8 @@ class WeightPrefetch(wiring.Component):
             "flush": In(1), "start": In(1),
             "instr": In(isa.InstructionLayout),
             "base": In(addr_width), "fetch_addr": In(addr_width),
-            "ob_base": In(16), "ob_count": In(16), "out_blocks": In(16), "chunk_obs": In(16),
-            "block_words": In(22),
+            "ob_base": In(16), "ob_count": In(16), "out_blocks": In(16),
+            "load_words": In(32), "next_src": In(addr_width), "next_words": In(32),
             "identity": In(1), "streaming": In(1),
             "weights_base": In(range(words + 1)),
             "cmd": Out(stream.Signature(cmd_layout)),
@@ -100,15 +104,19 @@ class WeightPrefetch(wiring.Component):
         count = Signal(range(fetch_beats(B) + 1))
         bits = Signal(ISA.size)
         nxt = data.View(isa.InstructionLayout, bits)
-        blocks = Signal(32)
         words = Signal(32)
         src = Signal(len(self.base))    # DRAM address of the weights to load
         chunk = Signal()                # they are this group's next chunk
         pf_base, pf_pos, error = self.pf_base, self.pf_pos, self.error
         own_words = Signal(32)          # the computing chunk's words in the store
-        block_words = self.block_words
-        next_ob, next_obs, more_chunks = next_chunk(self.ob_base, self.ob_count,
-                                                    self.out_blocks, self.chunk_obs)
+        more_chunks = self.ob_base + self.ob_count < self.out_blocks
+        # The next instruction's weight words, products of registers set in ALIGN, formed
+        # every cycle (read in CHECK): no multiplier shared with another state.
+        instr_blocks = Signal(32)
+        instr_words = Signal(32)
+        m.d.sync += [instr_blocks.eq(((nxt.out_c + To - 1) >> log2(To))
+                                     * ((nxt.in_c + Ti - 1) >> log2(Ti))),
+                     instr_words.eq(instr_blocks * (nxt.kh * nxt.kw))]
         instr_addr = self.fetch_addr + INSTRUCTION_BYTES
         grant = cmd.valid & cmd.ready
         m.d.comb += [
@@ -133,24 +141,20 @@ class WeightPrefetch(wiring.Component):
                 m.d.sync += [bits.eq(aligned_instruction(buf, count, instr_addr, B)),
                              state.eq(BLOCKS)]
             with m.Case(BLOCKS):
-                m.d.sync += [blocks.eq(((nxt.out_c + To - 1) >> log2(To))
-                                       * ((nxt.in_c + Ti - 1) >> log2(Ti))),
-                             state.eq(WORDS)]
+                m.d.sync += state.eq(WORDS)
             with m.Case(WORDS):
-                m.d.sync += [words.eq(blocks * (nxt.kh * nxt.kw)), state.eq(CHECK)]
+                m.d.sync += state.eq(CHECK)
             with m.Case(CHECK):
                 with m.If((nxt.opcode != Opcode.GROUP) | (nxt.conv != ConvKind.NORMAL)
                           | (nxt.weights.space != MemSpace.DRAM)):
                     m.d.sync += [error.eq(ErrorCode.UNSUPPORTED), state.eq(FAIL)]
-                with m.Elif(own_words + words > self.words):
+                with m.Elif(own_words + instr_words > self.words):
                     m.d.sync += [error.eq(ErrorCode.BUFFER_OVERFLOW), state.eq(FAIL)]
                 with m.Else():
-                    m.d.sync += [src.eq(self.base + nxt.weights.offset), chunk.eq(0),
-                                 state.eq(PLACE)]
+                    m.d.sync += [words.eq(instr_words), src.eq(self.base + nxt.weights.offset),
+                                 chunk.eq(0), state.eq(PLACE)]
             with m.Case(CHUNK):
-                m.d.sync += [words.eq(next_obs * block_words),
-                             src.eq(self.base + instr.weights.offset
-                                    + ((next_ob * block_words) << log2(Ti * To))),
+                m.d.sync += [words.eq(self.next_words), src.eq(self.next_src),
                              chunk.eq(1), state.eq(PLACE)]
             with m.Case(PLACE):
                 m.d.sync += [pf_base.eq(Mux(self.weights_base == 0, self.words - words, 0)),
@@ -175,6 +179,5 @@ class WeightPrefetch(wiring.Component):
         with m.Elif(self.start):
             m.d.sync += [state.eq(Mux(instr.double_buffer & more_chunks, CHUNK,
                                       Mux(instr.prefetch, INSTR_CMD, IDLE))),
-                         own_words.eq(Mux(self.identity | self.streaming, 0,
-                                          self.ob_count * block_words))]
+                         own_words.eq(Mux(self.identity | self.streaming, 0, self.load_words))]
         return m

@@ -123,6 +123,11 @@ class Sequencer(wiring.Component):
         weight load starts.
     held_base : Out(range(weight words + 1))
         Where held (or prefetched) weights start in the store.
+    load_words : Out(32)
+        Weight words of the current chunk (of the whole weights when there is one chunk).
+    next_src : Out(addr_width), next_words : Out(32)
+        Registers, from the cycle after ``start_compute``: the DRAM address and weight words
+        of the group's next chunk (frame reuse), for the prefetch.
     pf_loaded : In(1), pf_offset : In(30), pf_base : In(range(weight words + 1))
         The prefetch loaded the next group's weights.
     pf_busy, pf_failed : In(1), pf_error : In(ErrorCode)
@@ -150,6 +155,7 @@ class Sequencer(wiring.Component):
             "loading_params": Out(1), "loading_weights": Out(1), "load_pos": Out(24),
             "weight_restart": Out(1),
             "held_base": Out(ww),
+            "load_words": Out(32), "next_src": Out(addr_width), "next_words": Out(32),
             "pf_loaded": In(1), "pf_offset": In(30), "pf_base": In(ww),
             "pf_busy": In(1), "pf_failed": In(1), "pf_error": In(ErrorCode),
         })
@@ -173,7 +179,7 @@ class Sequencer(wiring.Component):
             # the DMA command.
             weight_src=Signal(len(self.base)),
             weight_len=Signal(24),
-            chunk_words=Signal(32), load_words=Signal(32), rest_words=Signal(32),
+            chunk_words=Signal(32), load_words=self.load_words, rest_words=Signal(32),
             depthwise_bytes=Signal(24),                 # in_blocks·taps·L, every cycle
             kernel_places=Signal(range(MAX_KERNEL + 1)),  # places the kernel's rows need
             # What the weight store holds: the whole weights at this DRAM offset.
@@ -560,12 +566,16 @@ class Sequencer(wiring.Component):
                 r.rest_words.eq(r.weight_steps - r.load_words),
             ]
 
+        # The next chunk's: after the current one; a full chunk or the rest.
+        m.d.sync += [
+            self.next_src.eq(r.weight_src + (r.load_words << word_bytes)),
+            self.next_words.eq(Mux(r.rest_words < r.chunk_words, r.rest_words, r.chunk_words)),
+        ]
+
         def next_weight_load():
-            # The next chunk's: after the current one; a full chunk or the rest.
-            words = Mux(r.rest_words < r.chunk_words, r.rest_words, r.chunk_words)
+            words = self.next_words
             m.d.sync += [
-                r.weight_src.eq(r.weight_src + (r.load_words << word_bytes)),
-                r.weight_len.eq(words << word_bytes),
+                r.weight_src.eq(self.next_src), r.weight_len.eq(words << word_bytes),
                 r.load_words.eq(words), r.rest_words.eq(r.rest_words - words),
             ]
 
