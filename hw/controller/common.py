@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from math import ceil
 
-from amaranth.hdl import Cat, Const, Mux
+from amaranth.hdl import Cat, Const, Mux, Signal
 from amaranth.lib import data
 
 from sfnpu import isa, layout
@@ -15,7 +15,8 @@ from ..requant import Requantizer
 __all__ = ["INSTRUCTION_BYTES", "POST_WORDS", "result_fifo_depth", "results_in_flight",
            "FLOAT32_ONE", "TAG_INPUT", "TAG_WEIGHTS", "TAG_SHORTCUT", "TAG_PREFETCH",
            "ISA", "log2", "param_aligned", "one_hot", "post_word", "stage_zp", "stage_signed",
-           "code_types", "fetch_beats", "shifted_in", "aligned_instruction", "next_chunk"]
+           "code_types", "fetch_beats", "shifted_in", "aligned_instruction", "next_chunk",
+           "split_product"]
 
 INSTRUCTION_BYTES = isa.WORDS * isa.WORD_BITS // 8
 #: The post record (:data:`sfnpu.layout.POST_RECORD`) as 32-bit words.
@@ -114,3 +115,16 @@ def next_chunk(ob_base, ob_count, out_blocks, chunk_obs):
     next_ob = ob_base + ob_count
     next_rest = out_blocks - next_ob
     return next_ob, Mux(next_rest < chunk_obs, next_rest, chunk_obs), next_ob < out_blocks
+
+
+def split_product(m, a, b, name: str) -> Signal:
+    """``a · b`` (unsigned) in two register stages, formed every cycle: the products of
+    ``b``'s two halves, then their sum. It is that of the operands two cycles before; a
+    multiplier no wider than 18 × 18 bits per half, and no adder behind it in that cycle."""
+    half = (len(b) + 1) // 2
+    low = Signal(len(a) + half, name=f"{name}_low")
+    high = Signal(len(a) + len(b) - half, name=f"{name}_high")
+    product = Signal(len(a) + len(b), name=name)
+    m.d.sync += [low.eq(a * b[:half]), high.eq(a * b[half:]),
+                 product.eq(low + (high << half))]
+    return product

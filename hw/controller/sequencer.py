@@ -19,7 +19,7 @@ from sfnpu.regmap import ErrorCode
 from ..conv_array import depthwise_taps
 from ..dma import Direction
 from .common import (INSTRUCTION_BYTES, aligned_instruction, fetch_beats, log2, param_aligned,
-                     next_chunk, shifted_in)
+                     next_chunk, shifted_in, split_product)
 
 __all__ = ["Sequencer", "group_layout"]
 
@@ -193,14 +193,20 @@ class Sequencer(wiring.Component):
             # The store checks' products, registered in DECODE2 and DIVIDE and compared in
             # DIVIDE's last cycle: no multiplier between the instruction and the FSM's state.
             overflow=Signal(),                          # DECODE2's capacity checks
-            in_extent=Signal(48), out_extent=Signal(48), sc_extent=Signal(48),
         )
+        # The operand extents: products of DECODE/DECODE2 registers in two register stages,
+        # formed every cycle and read in DIVIDE's last cycle (DIVIDE lasts a cycle per
+        # quotient bit, at least two, then that one).
+        assert self.sizes.row_words.bit_length() >= 2
+        g = self.group
+        r.in_extent = split_product(m, g.in_blocks, g.in_plane, "in_extent")
+        r.out_extent = split_product(m, g.out_block0 + g.out_blocks, g.out_plane, "out_extent")
+        r.sc_extent = split_product(m, g.out_blocks, g.sc_plane, "sc_extent")
         # Read data outside compute: a beat per cycle.
         with m.If(self.beat_fire & ~self.compute):
             m.d.sync += [self.load_pos.eq(self.load_pos + B), r.beat_index.eq(r.beat_index + 1)]
         # Products of registers set in DECODE, read from PARAM_CMD on: unconditional, so
         # synthesis shares no multiplier (and no input multiplexer) with other states.
-        g = self.group
         m.d.sync += r.depthwise_bytes.eq(g.in_blocks * g.taps * self.config.lanes)
         with m.If(self.pf_loaded):
             m.d.sync += [r.held_valid.eq(1), r.held_offset.eq(self.pf_offset),
@@ -487,14 +493,7 @@ class Sequencer(wiring.Component):
         out_local = instr.output.space != MemSpace.DRAM
         sc_local = instr.shortcut.space != MemSpace.DRAM
         with m.State("DIVIDE"):
-            # places = ⌊row_words_max / row_words⌋, one quotient bit per cycle. The operand
-            # extents are products of DECODE/DECODE2 registers, registered every cycle here
-            # and read in the last one (DIVIDE lasts a cycle per quotient bit, then that one).
-            m.d.sync += [
-                r.in_extent.eq(g.in_blocks * g.in_plane),
-                r.out_extent.eq((g.out_block0 + g.out_blocks) * g.out_plane),
-                r.sc_extent.eq(g.out_blocks * g.sc_plane),
-            ]
+            # places = ⌊row_words_max / row_words⌋, one quotient bit per cycle.
             with m.If(r.div_bit == 0):
                 too_big = r.weight_steps > sizes.weight_words
                 frame = instr.reuse == Reuse.FRAME
