@@ -240,7 +240,10 @@ class MaxPool(wiring.Component):
 
         v_axis = _WindowAxis(v_position, self.in_h, self.kernel, self.pad, "v")
         v_outputs_done = v_count == self.out_h
-        row_takes_input = (v_position < self.in_h) & (v_outputs_done | v_axis.up_to_end)
+        # Whether the row takes input, a register (it is on the input's ready): set at a row's
+        # end from the next row's state; 1 at the start of a group, for any configuration
+        # (in_h ≥ 1, out_h ≥ 1, pad < kernel).
+        row_takes_input = Signal(init=1)
         row_emits = ~v_outputs_done & v_axis.at_or_after_end
         row_emit_uses_input = row_emits & v_axis.up_to_end
 
@@ -293,11 +296,17 @@ class MaxPool(wiring.Component):
             m.d.sync += column.eq(Mux(row_end, 0, column + 1))
         with m.If(row_end):
             group_done = (next_v_position == self.in_h) & (next_v_count == self.out_h)
+            emitted_stride = Mux(row_emits, self.stride, 0)
+            next_takes_input = (next_v_position < self.in_h) & (
+                (next_v_count == self.out_h)
+                | v_axis.up_to_end_at(next_v_position,
+                                      v_axis.next_rel(row_takes_input, emitted_stride)))
             with m.If(group_done):
-                m.d.sync += [v_position.eq(0), v_count.eq(0)]
+                m.d.sync += [v_position.eq(0), v_count.eq(0), row_takes_input.eq(1)]
             with m.Else():
-                m.d.sync += [v_position.eq(next_v_position), v_count.eq(next_v_count)]
-            v_axis.advance(m, group_done, row_takes_input, Mux(row_emits, self.stride, 0))
+                m.d.sync += [v_position.eq(next_v_position), v_count.eq(next_v_count),
+                             row_takes_input.eq(next_takes_input)]
+            v_axis.advance(m, group_done, row_takes_input, emitted_stride)
 
         # Row shift register: the arriving row becomes "one back", "one back" becomes "two".
         m.d.comb += [
@@ -342,15 +351,23 @@ class _WindowAxis:
     handshakes."""
 
     def __init__(self, position, size, kernel, pad, name):
-        self.position, self.pad = position, pad
+        self.position, self.size, self.pad = position, size, pad
         self.rel = Signal(signed(16), name=f"{name}_rel")
-        reach = kernel - 1 - pad
-        self.up_to_end = (self.rel <= reach) & (position <= size - 1)
+        self.reach = reach = kernel - 1 - pad
+        self.up_to_end = self.up_to_end_at(position, self.rel)
         self.at_or_after_end = (self.rel >= reach) | (position >= size - 1)
+
+    def up_to_end_at(self, position, rel):
+        """``p ≤ end`` for position ``position`` with ``rel`` (values of the next cycle, say)."""
+        return (rel <= self.reach) & (position <= self.size - 1)
 
     def covered(self, distance: int):
         """The element ``distance`` positions back lies in the window."""
         return (self.position >= distance) & (self.rel + self.pad >= distance)
+
+    def next_rel(self, arrived, emitted_stride):
+        """``rel`` once ``p`` moved on by ``arrived`` and *o*·stride by ``emitted_stride``."""
+        return self.rel + arrived - emitted_stride
 
     def advance(self, m, restart, arrived, emitted_stride):
         """``p`` moves on by ``arrived``, *o*·stride by ``emitted_stride``; both back to 0 on
@@ -358,4 +375,4 @@ class _WindowAxis:
         with m.If(restart):
             m.d.sync += self.rel.eq(0)
         with m.Else():
-            m.d.sync += self.rel.eq(self.rel + arrived - emitted_stride)
+            m.d.sync += self.rel.eq(self.next_rel(arrived, emitted_stride))
