@@ -190,9 +190,9 @@ class Sequencer(wiring.Component):
             # Restoring division places = ⌊row_words_max / row_words⌋.
             div_rem=Signal(range(2 * self.sizes.row_words + 1)),
             div_bit=Signal(range(self.sizes.row_words.bit_length() + 1)),
-            # The store checks' products, registered in DECODE2 and DIVIDE and compared in
-            # DIVIDE's last cycle: no multiplier between the instruction and the FSM's state.
-            overflow=Signal(),                          # DECODE2's capacity checks
+            # The store checks' products, registered every cycle and compared in DIVIDE's
+            # last cycle: no multiplier between the instruction and the FSM's state.
+            overflow=Signal(),                          # the capacity checks
         )
         # The operand extents: products of DECODE/DECODE2 registers in two register stages,
         # formed every cycle and read in DIVIDE's last cycle (DIVIDE lasts a cycle per
@@ -421,17 +421,9 @@ class Sequencer(wiring.Component):
             with m.Else():
                 m.next = "DECODE2"
             self._guard(m, r)
+        self._param_sections(m, r)
+        self._capacity(m, r)
         with m.State("DECODE2"):
-            # The sections of sfnpu.layout.param_sections, in order, each starting a beat.
-            def align(value):
-                return param_aligned(value, cfg)
-
-            ct_start = align(g.param_cp * 9)
-            ct_bytes = Mux(g.has_ct, (g.in_blocks << log2(L)) << 8, 0)
-            post_start = align(ct_start + ct_bytes)
-            act_start = align(post_start + layout.POST_RECORD.itemsize)
-            act_end = Mux(instr.act == Activation.TABLE, act_start + 256, act_start)
-            window_start = align(act_end)
             m.d.sync += [
                 r.weight_steps.eq(g.sets * g.steps),
                 g.block_words.eq(g.ib_count * g.steps),
@@ -440,13 +432,6 @@ class Sequencer(wiring.Component):
                 g.sc_row_bytes.eq(g.conv_w << log2(L)),
                 g.mult_off.eq(g.param_cp << 2),
                 g.wzp_off.eq(g.param_cp << 3),
-                g.ct_off.eq(ct_start),
-                g.post_off.eq(post_start),
-                g.act_off.eq(act_start),
-                r.window_off.eq(window_start),
-                r.param_len.eq(Mux(instr.windowed,
-                                   window_start + align(layout.WINDOW_RECORD.itemsize),
-                                   act_end)),
                 r.div_rem.eq(sizes.row_words), r.div_bit.eq(sizes.row_words.bit_length()),
                 g.places.eq(0),
                 # kh > places·ROW_BUFFER_ROWS ⇔ places < ⌈kh / ROW_BUFFER_ROWS⌉
@@ -461,21 +446,7 @@ class Sequencer(wiring.Component):
             window = ((instr.pool == Pool.MAX) | (instr.pool == Pool.AVG)) & (
                 (instr.pool_size < 2) | (instr.pool_stride == 0) | (instr.pool_stride > 2)
                 | (instr.pool_pad >= instr.pool_size) | (pooled_h == 0) | (pooled_w == 0))
-            rows = sizes.pool_row_pixels
             carry = instr.psum_keep | instr.psum_hold
-            # One product serves the AVG line store and the carried partial sums.
-            conv_row = g.out_blocks * Mux((instr.pool == Pool.AVG) | carry, g.conv_w, 0)
-            # Capacities, as BUFFER_OVERFLOW at the end of DIVIDE (a product's compare would
-            # otherwise decide this state's successor).
-            m.d.sync += r.overflow.eq(
-                (g.out_blocks > sizes.max_channels // To)
-                | (g.row_words > sizes.row_words)
-                | (g.out_blocks * Mux(instr.pool == Pool.MAX, pooled_w, 0) > rows)
-                | (g.out_blocks * Mux(instr.upsample, pooled_w, 0) > rows)
-                | ((instr.pool == Pool.AVG) & (conv_row > rows))
-                | (carry & (conv_row > sizes.psum_words))
-                | (g.has_ct & (g.in_blocks > sizes.max_table_channels // L))
-                | (g.conv_w > sizes.psum_words))
             with m.If(no_pool | global_pool | odd | window | (carry & (g.conv_h != 1))
                       | (instr.psum_keep & ~r.psum_held)):
                 self._fail(m, r, ErrorCode.ILLEGAL_FIELD)
@@ -484,6 +455,51 @@ class Sequencer(wiring.Component):
             with m.Else():
                 m.next = "DIVIDE"
             self._guard(m, r)
+
+    def _param_sections(self, m, r):
+        """The parameter block's section offsets (sfnpu.layout.param_sections, in order, each
+        starting a beat), from DECODE's registers in four register stages formed every
+        cycle, an adder or two each: final when PARAM_CMD reads them (after DECODE2 and at
+        least three DIVIDE cycles)."""
+        cfg, instr, g = self.config, self.instr, self.group
+
+        def align(value):
+            return param_aligned(value, cfg)
+
+        ct_start, post_start, act_end = Signal(24), Signal(24), Signal(24)
+        ct_bytes = Signal(24)
+        m.d.sync += [
+            ct_start.eq(align((g.param_cp << 3) + g.param_cp)),         # 9 bytes a channel
+            ct_bytes.eq(Mux(g.has_ct, (g.in_blocks << log2(cfg.lanes)) << 8, 0)),
+            post_start.eq(align(ct_start + ct_bytes)),
+            g.ct_off.eq(ct_start),
+            g.post_off.eq(post_start),
+            g.act_off.eq(align(post_start + layout.POST_RECORD.itemsize)),
+            act_end.eq(align(post_start + layout.POST_RECORD.itemsize)
+                       + Mux(instr.act == Activation.TABLE, 256, 0)),
+            r.window_off.eq(align(act_end)),
+            r.param_len.eq(Mux(instr.windowed,
+                               align(act_end) + align(layout.WINDOW_RECORD.itemsize), act_end)),
+        ]
+
+    def _capacity(self, m, r):
+        """The line stores', partial sums' and tables' capacities (BUFFER_OVERFLOW at the end
+        of DIVIDE): the products registered every cycle from DECODE's registers, their
+        comparisons in the next stage."""
+        sizes, instr, g = self.sizes, self.instr, self.group
+        pooled_w = Mux(instr.upsample, instr.out_w >> 1, instr.out_w)
+        pool_row, conv_row = Signal(28), Signal(28)
+        m.d.sync += [pool_row.eq(g.out_blocks * pooled_w), conv_row.eq(g.out_blocks * g.conv_w)]
+        rows = sizes.pool_row_pixels
+        carry = instr.psum_keep | instr.psum_hold
+        m.d.sync += r.overflow.eq(
+            (g.out_blocks > sizes.max_channels // self.config.to)
+            | (g.row_words > sizes.row_words)
+            | (((instr.pool == Pool.MAX) | instr.upsample) & (pool_row > rows))
+            | ((instr.pool == Pool.AVG) & (conv_row > rows))
+            | (carry & (conv_row > sizes.psum_words))
+            | (g.has_ct & (g.in_blocks > sizes.max_table_channels // self.config.lanes))
+            | (g.conv_w > sizes.psum_words))
 
     def _divide_states(self, m, r):
         cfg, sizes = self.config, self.sizes
