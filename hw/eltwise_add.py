@@ -252,7 +252,8 @@ class EltwiseAddLane(wiring.Component):
             s5_top = stage(normalised[_WINDOW - 25:], f"{prefix}_s5_top")      # 24 + guard
             # The sticky bit of the rounding, from the registered count beside the shifts:
             # bit i lies below the guard bit when i + 25 ≤ 61 − zeros, the leading one's bit.
-            below_guard = Cat(*(s4_zeros + i < _WINDOW - 25 for i in range(_WINDOW - 25)))
+            # (i + zeros < 37 as zeros < 37 − i: a comparison with a constant, no adder)
+            below_guard = Cat(*(s4_zeros < _WINDOW - 25 - i for i in range(_WINDOW - 25)))
             s5_sticky = stage((s4_magnitude[:_WINDOW - 25] & below_guard).any(),
                               f"{prefix}_s5_sticky")
             # Leading one at window bit k = 61 − zeros, worth 2^(k − 27 + Ex).
