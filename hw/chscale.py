@@ -32,6 +32,7 @@ from amaranth.lib.wiring import In, Out
 
 from . import pipeline
 from .beat import code_beat, pass_through
+from .fifo import UNCHECKED_COLLISIONS, unchecked_read
 from .requant import FLOAT32_BIAS, Requantizer
 
 __all__ = ["ChannelScaleLane", "ChannelScale"]
@@ -333,12 +334,14 @@ class ChannelScale(wiring.Component):
                                                      loaded != self.blocks)),
             s_take.eq(self.s_stream.valid & self.s_stream.ready & ~self.per_pixel),
         ]
+        next_segment = Signal.like(segment)
+        m.d.comb += next_segment.eq(Mux(accept & segment_end,
+                                        Mux(last_segment, 0, segment + 1), segment))
+        m.d.sync += segment.eq(next_segment)
         with m.If(accept):
             m.d.sync += column.eq(Mux(segment_end, 0, column + 1))
-            with m.If(segment_end):
-                m.d.sync += segment.eq(Mux(last_segment, 0, segment + 1))
-                with m.If(last_segment):
-                    m.d.sync += row.eq(Mux(last_row, 0, row + 1))
+            with m.If(segment_end & last_segment):
+                m.d.sync += row.eq(Mux(last_row, 0, row + 1))
         with m.If(accept & last_pixel):
             m.d.sync += loaded.eq(0)                    # the next group brings new scales
         with m.Elif(s_take):
@@ -350,13 +353,25 @@ class ChannelScale(wiring.Component):
                 m.d.sync += stored.eq(self.s_stream.payload)
         else:
             m.submodules.scales = scales = Memory(shape=data.ArrayLayout(8, lanes),
-                                                  depth=self.max_blocks, init=[])
+                                                  depth=self.max_blocks, init=[],
+                                                  attrs=UNCHECKED_COLLISIONS)
+            # Block RAM: the port reads the next cycle's block. A beat stored in the last
+            # cycle at that block comes from a register instead (compared register with
+            # register), so a read that collides with the write is never used.
+            # ``stored`` is only used once a beat has been stored after a restart, so the
+            # read in a restart cycle (of a stale block) is never used either.
             write = scales.write_port()
-            read = scales.read_port(domain="comb")
+            read = unchecked_read(m, scales, next_segment, "scale_read")
+            took = Signal()
+            took_block = Signal.like(loaded)
+            took_beat = Signal.like(self.s_stream.payload)
+            m.d.sync += took.eq(s_take)
+            with m.If(s_take):
+                m.d.sync += [took_block.eq(loaded), took_beat.eq(self.s_stream.payload)]
             m.d.comb += [
                 write.addr.eq(loaded), write.data.eq(self.s_stream.payload),
                 write.en.eq(s_take),
-                read.addr.eq(segment), stored.eq(read.data),
+                stored.eq(Mux(took & (took_block == segment), took_beat, read)),
             ]
         current_scale = Signal(data.ArrayLayout(8, lanes))
         m.d.comb += current_scale.eq(Mux(scale_missing, self.s_stream.payload, stored))

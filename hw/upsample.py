@@ -21,6 +21,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .beat import code_beat, pass_through
+from .fifo import UNCHECKED_COLLISIONS, unchecked_read
 
 __all__ = ["Upsample2x"]
 
@@ -74,9 +75,9 @@ class Upsample2x(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         beat_layout = data.ArrayLayout(8, self.lanes)
-        m.submodules.line = line = Memory(shape=beat_layout, depth=self.max_width, init=[])
+        m.submodules.line = line = Memory(shape=beat_layout, depth=self.max_width, init=[],
+                                          attrs=UNCHECKED_COLLISIONS)
         write = line.write_port()
-        read = line.read_port()
 
         replay = Signal()                       # 0: first copy from the input; 1: from the buffer
         column = Signal(range(self.max_width))
@@ -94,9 +95,10 @@ class Upsample2x(wiring.Component):
                     m.d.sync += replay.eq(~replay)
 
         # The replay needs pixel `column` in the read register: address the column that is
-        # current in the next cycle.
+        # current in the next cycle. Writes happen in the first pass only, whose reads are
+        # never used: a read that collides with a write is never used.
+        read_data = unchecked_read(m, line, next_column, "replay_pixel")
         m.d.comb += [
-            read.addr.eq(next_column),
             write.addr.eq(column),
             write.data.eq(self.i_stream.payload),
         ]
@@ -114,7 +116,7 @@ class Upsample2x(wiring.Component):
             ]
         with m.Else():
             m.d.comb += [
-                self.o_stream.payload.eq(read.data),
+                self.o_stream.payload.eq(read_data),
                 self.o_stream.valid.eq(1),
             ]
         return m

@@ -52,8 +52,9 @@ class ParamStore(wiring.Component):
     bias, mult : Out(32 · lanes)
     wzp_addr, wzp_en : In, wzp : Out(8 · lanes)
         Weight zero points, synchronous read port.
-    wzp_async_addr : In, wzp_async : Out(8 · lanes)
-        Weight zero points, combinational read port.
+    wzp_stream_addr : In, wzp_stream : Out(8 · lanes)
+        Weight zero points, synchronous read port that is always enabled and transparent
+        for the loads (the streamed weights read the next cycle's block).
     """
 
     def __init__(self, lanes: int, bus_bytes: int, blocks: int):
@@ -70,7 +71,7 @@ class ParamStore(wiring.Component):
             "post": Out(32 * POST_WORDS),
             "rq_addr": In(range(blocks)), "bias": Out(32 * lanes), "mult": Out(32 * lanes),
             "wzp_addr": In(range(blocks)), "wzp_en": In(1), "wzp": Out(8 * lanes),
-            "wzp_async_addr": In(range(blocks)), "wzp_async": Out(8 * lanes),
+            "wzp_stream_addr": In(range(blocks)), "wzp_stream": Out(8 * lanes),
         })
 
     def elaborate(self, platform):
@@ -88,12 +89,14 @@ class ParamStore(wiring.Component):
         m.d.comb += self.post.eq(Cat(*post))
 
         bias_r, mult_r = bias_mem.read_port(), mult_mem.read_port()
-        wzp_r, wzp_async = wzp_mem.read_port(), wzp_mem.read_port(domain="comb")
+        # The streamed weights' port reads the next cycle's block, with this cycle's write
+        wzp_r, wzp_stream = wzp_mem.read_port(), wzp_mem.read_port(transparent_for=(wzp_w,))
         m.d.comb += [
             bias_r.addr.eq(self.rq_addr), bias_r.en.eq(1), self.bias.eq(bias_r.data),
             mult_r.addr.eq(self.rq_addr), mult_r.en.eq(1), self.mult.eq(mult_r.data),
             wzp_r.addr.eq(self.wzp_addr), wzp_r.en.eq(self.wzp_en), self.wzp.eq(wzp_r.data),
-            wzp_async.addr.eq(self.wzp_async_addr), self.wzp_async.eq(wzp_async.data),
+            wzp_stream.addr.eq(self.wzp_stream_addr), wzp_stream.en.eq(1),
+            self.wzp_stream.eq(wzp_stream.data),
         ]
 
         bias_chunks = 4 * To // B

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from sfnpu import isa
@@ -12,6 +11,7 @@ from sfnpu.isa import Eltwise, MemSpace, eltwise_reads_map
 
 from ..act_table import ActivationTable
 from ..dma import Direction
+from ..fifo import BlockRamFIFO
 from .buffers import segment_layout
 from .common import log2
 
@@ -134,7 +134,7 @@ class InputReader(wiring.Component):
         L, instr = self.lanes, self.instr
         flush, start = self.flush, self.start
         m.submodules.fifo = fifo = ResetInserter(flush)(
-            SyncFIFO(width=8 * L, depth=self.row_words))
+            BlockRamFIFO(width=8 * L, depth=self.row_words))
         aw = len(self.base)
         in_y = Signal(12)
         in_cb = Signal(16)
@@ -266,7 +266,7 @@ class ShortcutReader(wiring.Component):
         L, instr = self.lanes, self.instr
         conv_w, ob_count = self.conv_w, self.ob_count
         m.submodules.fifo = fifo = ResetInserter(self.flush)(
-            SyncFIFO(width=8 * L, depth=self.words))
+            BlockRamFIFO(width=8 * L, depth=self.words))
         aw = len(self.base)
         sc_oy = Signal(12)
         sc_ob = Signal(16)

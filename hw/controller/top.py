@@ -354,8 +354,8 @@ class GroupController(wiring.Component):
         """Weights: loaded or prefetched into the store, replayed from it or streamed."""
         seq, store, replay, params, prefetch = u.seq, u.store, u.replay, u.params, u.prefetch
         m.d.comb += [
-            params.wzp_async_addr.eq(u.streamer.wzp_addr),
-            u.streamer.wzp.eq(params.wzp_async),
+            params.wzp_stream_addr.eq(u.streamer.wzp_addr),
+            u.streamer.wzp.eq(params.wzp_stream),
             replay.chunk_base.eq(prefetch.chunk_base), replay.held_base.eq(seq.held_base),
             store.r_addr.eq(replay.r_addr), store.r_en.eq(replay.r_en),
             replay.r_data.eq(store.r_data),

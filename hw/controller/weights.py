@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
 from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -14,6 +13,7 @@ from sfnpu.config import MAX_KERNEL, HwConfig
 
 from ..conv_array import depthwise_taps, weight_step_layout
 from ..dma import Direction
+from ..fifo import BlockRamFIFO
 from .common import log2, one_hot
 
 __all__ = ["WeightStore", "WeightReplay", "WeightStream"]
@@ -265,7 +265,9 @@ class WeightStream(wiring.Component):
     words : In(stream.Signature(8 · Ti · To, always_ready=True))
         The sets' steps from the DMA.
     wzp_addr : Out(16), wzp : In(8 · To)
-        Weight zero points of the step at the FIFO's head (combinational read).
+        Weight zero points of the step at the FIFO's head: ``wzp_addr`` is the head's block
+        in the next cycle, ``wzp`` its zero points read a cycle later (block RAM, transparent
+        for the zero points' loads).
     o_stream : Out(stream.Signature(weight_step_layout))
         Steps with their zero points.
     """
@@ -289,7 +291,7 @@ class WeightStream(wiring.Component):
         instr, steps = self.instr, self.steps
         set_steps = MAX_KERNEL * MAX_KERNEL
         m.submodules.fifo = fifo = ResetInserter(self.flush)(
-            SyncFIFO(width=8 * Ti * To, depth=2 * set_steps))
+            BlockRamFIFO(width=8 * Ti * To, depth=2 * set_steps))
         aw = len(self.base)
         ws_set = Signal(32)             # sets commanded in this output row
         ws_row = Signal(12)
@@ -330,22 +332,26 @@ class WeightStream(wiring.Component):
         wh_step = Signal(range(set_steps + 1))
         wh_ib = Signal(16)
         wh_ob = Signal(16)
+        next_ob = Signal.like(wh_ob)    # the head's block in the next cycle
         m.d.comb += [
-            self.wzp_addr.eq(wh_ob),
+            self.wzp_addr.eq(next_ob),
             out.payload.weights.as_value().eq(fifo.r_data),
             out.payload.zero_points.as_value().eq(self.wzp),
             out.valid.eq(fifo.r_rdy), fifo.r_en.eq(out.ready),
         ]
+        pop = fifo.r_en & fifo.r_rdy
+        last_step, last_ib = wh_step + 1 >= steps, wh_ib + 1 >= self.ib_count
         with m.If(self.flush | self.start):
-            m.d.sync += [wh_step.eq(0), wh_ib.eq(0), wh_ob.eq(0)]
-        with m.Elif(fifo.r_en & fifo.r_rdy):
-            with m.If(wh_step + 1 < steps):
-                m.d.sync += wh_step.eq(wh_step + 1)
-            with m.Else():
-                m.d.sync += wh_step.eq(0)
-                with m.If(wh_ib + 1 < self.ib_count):
-                    m.d.sync += wh_ib.eq(wh_ib + 1)
-                with m.Else():
-                    m.d.sync += [wh_ib.eq(0),
-                                 wh_ob.eq(Mux(wh_ob + 1 < self.out_blocks, wh_ob + 1, 0))]
+            m.d.comb += next_ob.eq(0)
+        with m.Elif(pop & last_step & last_ib):
+            m.d.comb += next_ob.eq(Mux(wh_ob + 1 < self.out_blocks, wh_ob + 1, 0))
+        with m.Else():
+            m.d.comb += next_ob.eq(wh_ob)
+        m.d.sync += wh_ob.eq(next_ob)
+        with m.If(self.flush | self.start):
+            m.d.sync += [wh_step.eq(0), wh_ib.eq(0)]
+        with m.Elif(pop):
+            m.d.sync += wh_step.eq(Mux(last_step, 0, wh_step + 1))
+            with m.If(last_step):
+                m.d.sync += wh_ib.eq(Mux(last_ib, 0, wh_ib + 1))
         return m

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, ResetInserter, Signal
 from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from sfnpu import isa
 
 from ..dma import Direction
+from ..fifo import BlockRamFIFO
 from .buffers import segment_layout
 from .common import log2
 
@@ -87,7 +87,7 @@ class OutputWriter(wiring.Component):
         m = Module()
         L, instr = self.lanes, self.instr
         m.submodules.fifo = fifo = ResetInserter(self.flush)(
-            SyncFIFO(width=8 * L, depth=self.words))
+            BlockRamFIFO(width=8 * L, depth=self.words))
         wiring.connect(m, wiring.flipped(self.i_stream), fifo.w_stream)
         chunk_words = self.chunk_words
         aw = len(self.base)
