@@ -74,7 +74,9 @@ class ChannelScaleLane(wiring.Component):
     Configuration inputs must be stable while the pipeline holds a valid input.
 
     Timing: fully pipelined, one input per (enabled) cycle; ``y`` follows its inputs after
-    :attr:`LATENCY` (7) cycles. Stages:
+    :attr:`LATENCY` (8) cycles. Stages:
+    0. ``a − a_zp`` and ``b − b_zp`` (``b`` comes from a block RAM's output or the shortcut
+       queue's: the multiplier gets a cycle of its own);
     1. ``p = (a − a_zp)(b − b_zp)``;
     2. float32(p): magnitude normalised to its leading one (exact, |p| < 2^18);
     3. 18 × 24-bit significand product;
@@ -86,7 +88,7 @@ class ChannelScaleLane(wiring.Component):
     """
 
     #: Cycles from the inputs to ``y``.
-    LATENCY = 7
+    LATENCY = 8
 
     #: Round to nearest, ties to even, at a fixed bit position (shared with the requantiser;
     #: overridable, so a test can check that a broken rounding is caught).
@@ -129,8 +131,9 @@ class ChannelScaleLane(wiring.Component):
         # -- stage 1: the exact integer product ----------------------------------------------
         a_value = Mux(self.a_signed, self.a.as_signed(), self.a)
         b_value = Mux(self.b_signed, self.b.as_signed(), self.b)
-        s1_product = stage((a_value - self.a_zp) * (b_value - self.b_zp), "s1_product",
-                           signed(20))                     # |p| ≤ 383² < 2^18
+        s0_a = stage(a_value - self.a_zp, "s0_a", signed(10))
+        s0_b = stage(b_value - self.b_zp, "s0_b", signed(10))
+        s1_product = stage(s0_a * s0_b, "s1_product", signed(20))    # |p| ≤ 383² < 2^18
 
         # -- stage 2: float32(p), exact: sign and magnitude normalised to bit 17 -------------
         magnitude = Signal(18)
@@ -267,7 +270,7 @@ class ChannelScale(wiring.Component):
     Configuration may change only between groups: once every input beat has been accepted
     and every output beat delivered.
 
-    Timing: one beat per cycle; latency :attr:`LATENCY` (7) cycles. A stall on ``o_stream``
+    Timing: one beat per cycle; latency :attr:`LATENCY` (8) cycles. A stall on ``o_stream``
     freezes the lanes' pipelines (clock enable), so nothing inside is lost or duplicated. The
     feature map waits only for scale beats not yet offered (in the first row).
     """

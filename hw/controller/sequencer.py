@@ -569,6 +569,10 @@ class Sequencer(wiring.Component):
         instr, g, base = self.instr, self.group, self.base
         next_ob, next_obs, more_chunks = next_chunk(g.ob_base, g.ob_count, g.out_blocks,
                                                     g.chunk_obs)
+        # Read in COMPUTE only: the chunk is final in COMPUTE_START, a cycle before (the
+        # comparison then needs no cycle of its own in front of the state register).
+        more_chunks_r = Signal(name="more_chunks")
+        m.d.sync += more_chunks_r.eq(more_chunks)
         word_bytes = log2(cfg.ti * cfg.to)
 
         def param_cmd():
@@ -637,7 +641,7 @@ class Sequencer(wiring.Component):
             with m.If(self.pf_failed):
                 self._fail(m, r, self.pf_error)
             with m.Elif(self.compute_done & ~self.pf_busy):
-                with m.If(more_chunks):
+                with m.If(more_chunks_r):
                     # Next chunk of output-channel blocks (frame reuse).
                     m.d.sync += [g.ob_base.eq(next_ob), g.ob_count.eq(next_obs)]
                     next_weight_load()
