@@ -12,8 +12,8 @@ HELP = "list the reference hardware configurations"
 def add_arguments(parser):
     parser.add_argument("--yosys", nargs="*", metavar="CONFIG",
                         help="synthesise the accelerator of these configurations (default: "
-                             "every one without an UltraScale part) with Yosys synth_ecp5 and compare "
-                             "the estimate with it (3-25 min each)")
+                             "every one without an UltraScale part) with Yosys synth_ecp5 and "
+                             "compare the estimate with it (3-25 min each)")
     parser.add_argument("--out", default="build/resources",
                         help="working folder of --yosys (default: %(default)s)")
 
