@@ -25,7 +25,7 @@ scale codes per channel block (or, ``per_pixel``, one per pixel) from a second s
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, EnableInserter, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -33,6 +33,7 @@ from amaranth.lib.wiring import In, Out
 from . import pipeline
 from .beat import code_beat, pass_through
 from .fifo import UNCHECKED_COLLISIONS, unchecked_read
+from .held_output import HeldOutput
 from .requant import FLOAT32_BIAS, Requantizer
 
 __all__ = ["ChannelScaleLane", "ChannelScale"]
@@ -271,7 +272,9 @@ class ChannelScale(wiring.Component):
     and every output beat delivered.
 
     Timing: one beat per cycle; latency :attr:`LATENCY` (8) cycles. A stall on ``o_stream``
-    freezes the lanes' pipelines (clock enable), so nothing inside is lost or duplicated. The
+    holds the pipeline as a whole, so nothing inside is lost or duplicated
+    (:class:`~.held_output.HeldOutput`: the lanes run on and their beats wait in a small
+    queue; the handshakes are those of a clock-enable hold). The
     feature map waits only for scale beats not yet offered (in the first row).
     """
 
@@ -309,9 +312,10 @@ class ChannelScale(wiring.Component):
         m = Module()
         lanes = self.lanes
 
-        # The whole pipeline advances when its last stage is empty or being read.
-        output_valid = Signal()
-        advance = ~output_valid | self.o_stream.ready
+        # The lanes run freely; their output waits in ``held``, whose handshakes are those
+        # of the lanes held as a whole while the output waits (hw.held_output).
+        m.submodules.held = held = HeldOutput(8 * lanes, self.LATENCY)
+        advance = held.advance
 
         column = Signal(range(self.max_width))
         # (at least one bit: a zero-width signal becomes an invalid Verilog range)
@@ -333,6 +337,7 @@ class ChannelScale(wiring.Component):
         accept = Signal()
         m.d.comb += [
             accept.eq(self.enable & advance & self.i_stream.valid & scale_ready),
+            held.accept.eq(accept),
             self.s_stream.ready.eq(self.enable & Mux(self.per_pixel, accept,
                                                      loaded != self.blocks)),
             s_take.eq(self.s_stream.valid & self.s_stream.ready & ~self.per_pixel),
@@ -380,8 +385,7 @@ class ChannelScale(wiring.Component):
         m.d.comb += current_scale.eq(Mux(scale_missing, self.s_stream.payload, stored))
 
         for lane in range(lanes):
-            unit = ChannelScaleLane()
-            m.submodules[f"lane_{lane}"] = EnableInserter(advance)(unit)
+            m.submodules[f"lane_{lane}"] = unit = ChannelScaleLane()
             m.d.comb += [
                 unit.a.eq(self.i_stream.payload[lane]),
                 unit.b.eq(current_scale[lane]),
@@ -390,14 +394,14 @@ class ChannelScale(wiring.Component):
                 unit.b_signed.eq(self.b_signed), unit.b_zp.eq(self.b_zp),
                 unit.multiplier.eq(self.multiplier),
                 unit.y_zp.eq(self.y_zp), unit.out_signed.eq(self.out_signed),
-                self.o_stream.payload[lane].eq(unit.y[:8]),
+                held.payload[8 * lane:8 * (lane + 1)].eq(unit.y[:8]),
             ]
-            if lane == 0:
-                m.d.comb += output_valid.eq(unit.y_valid)
 
         with m.If(self.enable):
             m.d.comb += [
-                self.o_stream.valid.eq(output_valid),
+                self.o_stream.payload.eq(held.o_stream.payload),
+                self.o_stream.valid.eq(held.o_stream.valid),
+                held.o_stream.ready.eq(self.o_stream.ready),
                 self.i_stream.ready.eq(advance & scale_ready),
             ]
         with m.Else():

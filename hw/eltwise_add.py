@@ -32,12 +32,13 @@ stream, one beat of each per output beat.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, EnableInserter, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from . import pipeline
 from .beat import code_beat, pass_through
+from .held_output import HeldOutput
 from .requant import FLOAT32_BIAS, Requantizer
 
 __all__ = ["EltwiseAddLane", "EltwiseAdd"]
@@ -381,8 +382,9 @@ class EltwiseAdd(wiring.Component):
     and every output beat delivered.
 
     Timing: one beat per cycle; latency :attr:`LATENCY` (15) cycles. A beat enters when both
-    input streams offer one; a stall on ``o_stream`` freezes the lanes' pipelines (clock
-    enable), so nothing inside is lost or duplicated.
+    input streams offer one; a stall on ``o_stream`` holds the pipeline as a whole, so nothing
+    inside is lost or duplicated (:class:`~.held_output.HeldOutput`: the lanes run on and
+    their beats wait in a small queue; the handshakes are those of a clock-enable hold).
     """
 
     LATENCY = EltwiseAddLane.LATENCY
@@ -409,15 +411,17 @@ class EltwiseAdd(wiring.Component):
     def elaborate(self, platform):
         m = Module()
 
-        # The whole pipeline advances when its last stage is empty or being read.
-        output_valid = Signal()
-        advance = ~output_valid | self.o_stream.ready
+        # The lanes run freely; their output waits in ``held``, whose handshakes are those
+        # of the lanes held as a whole while the output waits (hw.held_output).
+        m.submodules.held = held = HeldOutput(8 * self.lanes, self.LATENCY)
+        advance = held.advance
         accept = Signal()
-        m.d.comb += accept.eq(self.enable & advance & self.i_stream.valid & self.s_stream.valid)
+        m.d.comb += [accept.eq(self.enable & advance & self.i_stream.valid
+                               & self.s_stream.valid),
+                     held.accept.eq(accept)]
 
         for lane in range(self.lanes):
-            unit = EltwiseAddLane()
-            m.submodules[f"lane_{lane}"] = EnableInserter(advance)(unit)
+            m.submodules[f"lane_{lane}"] = unit = EltwiseAddLane()
             stream_code = self.i_stream.payload[lane]
             shortcut_code = self.s_stream.payload[lane]
             m.d.comb += [
@@ -428,14 +432,14 @@ class EltwiseAdd(wiring.Component):
                 unit.valid.eq(accept),
                 unit.r_a.eq(self.r_a), unit.r_b.eq(self.r_b), unit.fixed.eq(self.fixed),
                 unit.out_signed.eq(self.out_signed),
-                self.o_stream.payload[lane].eq(unit.y[:8]),
+                held.payload[8 * lane:8 * (lane + 1)].eq(unit.y[:8]),
             ]
-            if lane == 0:
-                m.d.comb += output_valid.eq(unit.y_valid)
 
         with m.If(self.enable):
             m.d.comb += [
-                self.o_stream.valid.eq(output_valid),
+                self.o_stream.payload.eq(held.o_stream.payload),
+                self.o_stream.valid.eq(held.o_stream.valid),
+                held.o_stream.ready.eq(self.o_stream.ready),
                 self.i_stream.ready.eq(advance & self.s_stream.valid),
                 self.s_stream.ready.eq(advance & self.i_stream.valid),
             ]
