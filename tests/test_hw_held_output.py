@@ -20,13 +20,17 @@ def _pipeline(m, value, valid, latency, name):
     return value, valid
 
 
-class _Reference(Elaboratable):
-    """The pipeline every stage of which is held while its output waits."""
+class _Pipeline(Elaboratable):
+    """A pipeline of ``latency`` stages between a valid/ready input and output."""
 
     def __init__(self, width, latency):
         self.width, self.latency = width, latency
         self.i_valid, self.i_data, self.o_ready = Signal(), Signal(width), Signal()
         self.i_ready, self.o_valid, self.o_data = Signal(), Signal(), Signal(width)
+
+
+class _Reference(_Pipeline):
+    """The pipeline every stage of which is held while its output waits."""
 
     def elaborate(self, platform):
         m = Module()
@@ -38,13 +42,8 @@ class _Reference(Elaboratable):
         return m
 
 
-class _Ours(Elaboratable):
+class _Ours(_Pipeline):
     """A free-running pipeline of the same latency behind HeldOutput."""
-
-    def __init__(self, width, latency):
-        self.width, self.latency = width, latency
-        self.i_valid, self.i_data, self.o_ready = Signal(), Signal(width), Signal()
-        self.i_ready, self.o_valid, self.o_data = Signal(), Signal(), Signal(width)
 
     def elaborate(self, platform):
         m = Module()
