@@ -54,6 +54,7 @@ from amaranth.lib.wiring import In, Out
 from .pipeline import FLOAT32_SIGNIFICAND as _SIG
 from .pipeline import round_half_even, round_significant, signed_sum_magnitude
 from .beat import code_beat, pass_through
+from .held_output import HeldOutput
 from .requant import FLOAT32_BIAS
 
 __all__ = ["AvgPool", "Float32Divider", "SumLane", "QuantizeLane", "MAX_HEIGHT"]
@@ -507,14 +508,16 @@ class AvgPool(wiring.Component):
             m.d.sync += [rows.rows_in.eq(0), rows.in_slot.eq(0), rows.oy.eq(0), rows.w.eq(0),
                          rows.storable.eq(_MAX_KERNEL), rows.w_slot.eq(0)]
 
-        # The output register and the requantisers' stages ahead of it move together, when
-        # the output register is free or being read (a stall holds all of them).
-        output_valid = Signal()
+        # The requantisers' stages and the output register run freely; their beats wait in
+        # ``held``, whose handshakes are those of the stages held as a whole while the output
+        # waits (hw.held_output).
         output_codes = Signal(beat_layout)
-        advance = Signal()
-        m.d.comb += advance.eq(~output_valid | self.o_stream.ready)
+        m.submodules.held = held = HeldOutput(beat_layout.size, QuantizeLane.LATENCY + 1)
+        advance = held.advance
         hold_n, first_divider, second_divider = self._lanes(
             m, pipe, hold_valid, sum_ready, advance, output_codes)
+        m.d.comb += [held.accept.eq(second_divider[0].o_valid & advance),
+                     held.payload.eq(output_codes)]
 
         # Lanes run in lockstep: lane 0's handshakes stand for all.
         with m.If(sum_ready):
@@ -522,15 +525,12 @@ class AvgPool(wiring.Component):
         with m.Elif(take_hold):
             m.d.sync += hold_valid.eq(0)
         m.d.comb += take_hold.eq(hold_valid & first_divider[0].i_ready)
-        quantising = Signal(QuantizeLane.LATENCY)            # the requantisers' stages hold q
-        with m.If(advance):
-            m.d.sync += quantising.eq(Cat(second_divider[0].o_valid, quantising[:-1]))
-            m.d.sync += output_valid.eq(quantising[-1])
 
         with m.If(self.enable):
             m.d.comb += [
-                self.o_stream.valid.eq(output_valid),
-                self.o_stream.payload.eq(output_codes),
+                self.o_stream.valid.eq(held.o_stream.valid),
+                self.o_stream.payload.eq(held.o_stream.payload),
+                held.o_stream.ready.eq(self.o_stream.ready),
             ]
         with m.Else():
             m.d.comb += pass_through(self.i_stream, self.o_stream)
@@ -791,8 +791,8 @@ class AvgPool(wiring.Component):
             m.d.sync += [ox.eq(ox + 1), h.eq(h + self.stride)]
 
     def _lanes(self, m, pipe, hold_valid, sum_ready, advance, output_codes):
-        """Per lane: dequantise, sum, convert, divide twice, requantise (its stages move
-        with ``advance``)."""
+        """Per lane: dequantise, sum, convert, divide twice (the second one's result taken
+        with ``advance``), requantise."""
         x_significand = Cat(self.x_scale[:23], 1)
         x_exponent = Signal(_EXP)                  # x_s = M · 2^E
         m.d.comb += x_exponent.eq(self.x_scale[23:31] - FLOAT32_BIAS - (_SIG - 1))
@@ -849,15 +849,14 @@ class AvgPool(wiring.Component):
                 second.o_ready.eq(advance),
             ]
 
-            # q → y, through the requantiser's stages (all advancing when the output moves).
+            # q → y, through the requantiser's stages (free-running: HeldOutput holds y).
             requantise = QuantizeLane()
             m.submodules[f"output_{lane}"] = requantise
             m.d.comb += [
-                requantise.en.eq(advance),
+                requantise.en.eq(1),
                 requantise.q_sig.eq(second.q_sig), requantise.q_exp.eq(second.q_exp),
                 requantise.negative.eq(second.q_tag[0]), requantise.zero.eq(second.q_tag[1]),
                 requantise.y_zp.eq(self.y_zp), requantise.out_signed.eq(self.out_signed),
             ]
-            with m.If(advance):
-                m.d.sync += output_codes[lane].eq(requantise.y)
+            m.d.sync += output_codes[lane].eq(requantise.y)
         return hold_n, first_divider, second_divider
