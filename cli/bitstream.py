@@ -11,7 +11,7 @@ HELP = "FPGA build: ULX3S bitstream or a Vivado project"
 
 
 def add_arguments(parser):
-    from sfnpu.tools.bitstream import BOARDS, DEFAULT_BAUD
+    from sfnpu.tools.bitstream import BOARDS, DEFAULT_BAUD, DEFAULT_ROUTER, ROUTERS
 
     parser.add_argument("--board", default="ulx3s-85f", choices=BOARDS)
     parser.add_argument("--synth-only", action="store_true",
@@ -28,6 +28,9 @@ def add_arguments(parser):
     parser.add_argument("--config",
                         help="ulx3s-85f: the accelerator's configuration (default ecp5-ulx3s); "
                         "one the resource estimate puts beyond the part is refused")
+    parser.add_argument("--seed", type=int, default=1, help="ulx3s-85f: nextpnr's seed")
+    parser.add_argument("--router", choices=ROUTERS, default=DEFAULT_ROUTER,
+                        help=f"ulx3s-85f: nextpnr's router (default {DEFAULT_ROUTER})")
     parser.add_argument("--skip-fit-check", action="store_true",
                         help="ulx3s-85f: build even if the estimate says it does not fit")
     parser.add_argument("--out", help="output folder (default build/bitstream/BOARD)")
@@ -35,6 +38,8 @@ def add_arguments(parser):
 
 def _board_options(args) -> dict:
     """The keyword arguments of :func:`build_board` the options give for the board."""
+    from sfnpu.tools.bitstream import DEFAULT_ROUTER
+
     if args.board == "ulx3s-85f":
         if args.memory_kib and args.memory != "bram":
             raise CliError("--memory-kib sizes block RAM: add --memory bram")
@@ -48,12 +53,13 @@ def _board_options(args) -> dict:
                     memory=args.memory or "sdram",
                     memory_bytes=args.memory_kib * 1024 if args.memory_kib else None,
                     with_accelerator=not args.link_only, config=config,
-                    check_fit=not args.skip_fit_check)
+                    check_fit=not args.skip_fit_check, seed=args.seed, router=args.router)
     if (args.synth_only or args.clock_mhz or args.memory or args.memory_kib or args.link_only
-            or args.config or args.skip_fit_check):
+            or args.config or args.skip_fit_check or args.seed != 1
+            or args.router != DEFAULT_ROUTER):
         raise CliError(f"--synth-only, --link-only, --clock-mhz, --memory, --memory-kib, "
-                       f"--config and --skip-fit-check apply to ulx3s-85f; {args.board} gets "
-                       "a Vivado project")
+                       f"--config, --skip-fit-check, --seed and --router apply to ulx3s-85f; "
+                       f"{args.board} gets a Vivado project")
     return {}
 
 

