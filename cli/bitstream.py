@@ -29,8 +29,9 @@ def add_arguments(parser):
                         help="ulx3s-85f: the accelerator's configuration (default ecp5-ulx3s); "
                         "one the resource estimate puts beyond the part is refused")
     parser.add_argument("--seed", type=int, default=1, help="ulx3s-85f: nextpnr's seed")
-    parser.add_argument("--router", choices=ROUTERS, default=DEFAULT_ROUTER,
-                        help=f"ulx3s-85f: nextpnr's router (default {DEFAULT_ROUTER})")
+    parser.add_argument("--router", choices=("auto", *ROUTERS), default=DEFAULT_ROUTER,
+                        help="ulx3s-85f: nextpnr's router (default auto: router2 with the "
+                        "accelerator, router1 without)")
     parser.add_argument("--skip-fit-check", action="store_true",
                         help="ulx3s-85f: build even if the estimate says it does not fit")
     parser.add_argument("--out", help="output folder (default build/bitstream/BOARD)")
