@@ -23,6 +23,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .beat import code_beat, pass_through
+from .held_output import HeldOutput
 
 __all__ = ["ActivationTable", "TABLE_ENTRIES"]
 
@@ -130,11 +131,12 @@ class ActivationTable(wiring.Component):
             write_code = self.write_addr[lane_bits:lane_bits + 8]
             write_block = self.write_addr[lane_bits + 8:]
 
-        # Two stages, moving together: the memories' read registers, then the output register
-        # (a block RAM's output drives no logic in the cycle it is read).
-        looked_up_valid = Signal()          # the memories' read registers hold a beat
-        out_valid = Signal()                # the output register holds a beat
-        advance = ~out_valid | self.o_stream.ready
+        # Two stages: the memories' read registers, then the output register (a block RAM's
+        # output drives no logic in the cycle it is read). They run freely; their beats wait
+        # in ``held``, whose handshakes are those of the two stages held together while the
+        # output waits (hw.held_output), so the hold reaches no block RAM's enable.
+        m.submodules.held = held = HeldOutput(8 * lanes, 2)
+        advance = held.advance
 
         # Shared table: W codes per word of each lane's copy; the looked-up code's byte is
         # selected behind the memory's read register.
@@ -168,24 +170,20 @@ class ActivationTable(wiring.Component):
                 ]
                 if code_bits:
                     byte = Signal(code_bits, name=f"byte_{lane}")
-                    with m.If(advance):
-                        m.d.sync += byte.eq(code[:code_bits])
+                    m.d.sync += byte.eq(code[:code_bits])
                     looked_up = read.data.word_select(byte, 8)
-            m.d.comb += read.en.eq(advance)        # a stall keeps both stages' values
             out = Signal(8, name=f"out_{lane}")
-            with m.If(advance):
-                m.d.sync += out.eq(looked_up)
-            with m.If(self.enable):
-                m.d.comb += self.o_stream.payload[lane].eq(out)
+            m.d.sync += out.eq(looked_up)
+            m.d.comb += held.payload[8 * lane:8 * (lane + 1)].eq(out)
 
         with m.If(self.enable):
             m.d.comb += [
+                held.accept.eq(self.i_stream.valid & advance),
                 self.i_stream.ready.eq(advance),
-                self.o_stream.valid.eq(out_valid),
+                self.o_stream.valid.eq(held.o_stream.valid),
+                self.o_stream.payload.eq(held.o_stream.payload),
+                held.o_stream.ready.eq(self.o_stream.ready),
             ]
-            with m.If(advance):
-                m.d.sync += [looked_up_valid.eq(self.i_stream.valid),
-                             out_valid.eq(looked_up_valid)]
         with m.Else():
             m.d.comb += pass_through(self.i_stream, self.o_stream)
         return m
