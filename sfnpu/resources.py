@@ -4,8 +4,8 @@ The estimate is structural — the MAC array, the per-lane post-processing, the 
 memories as the RTL stores them — with the per-lane and fixed terms fitted to what Yosys
 ``synth_ecp5`` maps the accelerator to (:data:`CALIBRATION`, measured with the command given
 there). :func:`shortfalls` compares it with a part. The LUT figure is ECP5 LUT4s; the
-UltraScale parts have no calibration yet (the ``kcu1500`` RTL does not elaborate), so their
-LUTs are not checked.
+UltraScale parts have no LUT calibration (no ``synth_xilinx`` measurement), so their LUTs are
+not checked.
 """
 
 from __future__ import annotations
