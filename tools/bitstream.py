@@ -30,12 +30,14 @@ ECP5_NAME = "sfnpu_ulx3s"
 #: Default UART speed of the host link (the ULX3S's FT231X reaches 3 Mbaud).
 DEFAULT_BAUD = 3_000_000
 #: nextpnr-ecp5's routers and their options. router1, nextpnr's default for ECP5, rips up arc
-#: by arc and stalled on this design for hours with thousands of arcs overused; router2
-#: negotiates congestion (CRoute) and finishes it, with timing-driven rip-up (without it the
-#: top without the accelerator routes to 83.6 MHz instead of 102.8; router1: 108.2).
-#: ``auto``: router2 for the design with the accelerator, router1 for the top without it
-#: (router1 routes that to 105.4 MHz with the SDRAM, router2 to 87.7).
-ROUTERS = {"router1": "--router router1", "router2": "--router router2 --tmg-ripup"}
+#: by arc and stalled on the accelerator's design for hours with thousands of arcs overused;
+#: router2 negotiates congestion (CRoute) and routes it in about 6 minutes. Its timing-driven
+#: rip-up (``router2-tmg``) helps small designs (the top without the accelerator, block RAM:
+#: 83.6 → 102.8 MHz; router1 108.2) but stalled on the accelerator's at 11 overused arcs after
+#: 70 iterations (65 minutes of nextpnr). ``auto``: router2 for the design with the accelerator, router1
+#: for the top without it (with the SDRAM router1 reaches 105.4 MHz, router2-tmg 87.7).
+ROUTERS = {"router1": "--router router1", "router2": "--router router2",
+           "router2-tmg": "--router router2 --tmg-ripup"}
 DEFAULT_ROUTER = "auto"
 
 
