@@ -34,8 +34,9 @@ DEFAULT_BAUD = 3_000_000
 #: router2 negotiates congestion (CRoute) and routes it in about 6 minutes. Its timing-driven
 #: rip-up (``router2-tmg``) helps small designs (the top without the accelerator, block RAM:
 #: 83.6 → 102.8 MHz; router1 108.2) but stalled on the accelerator's at 11 overused arcs after
-#: 70 iterations (65 minutes of nextpnr). ``auto``: router2 for the design with the accelerator, router1
-#: for the top without it (with the SDRAM router1 reaches 105.4 MHz, router2-tmg 87.7).
+#: 70 iterations (65 minutes of nextpnr). ``auto``: router2 for the design with the
+#: accelerator, router1 for the top without it (with the SDRAM router1 reaches 105.4 MHz,
+#: router2-tmg 87.7).
 ROUTERS = {"router1": "--router router1", "router2": "--router router2",
            "router2-tmg": "--router router2 --tmg-ripup"}
 DEFAULT_ROUTER = "auto"
