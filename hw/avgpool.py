@@ -295,16 +295,15 @@ class QuantizeLane(wiring.Component):
     ``|q| ≥ 2^10`` saturates by sign, otherwise ``q + y_zp`` is exact with 25 fraction bits
     and is rounded to 24 significant bits, then to an integer.
 
-    Pipelined: ``q`` taken in a cycle with ``en`` set gives ``y`` after :attr:`LATENCY` more
-    cycles with ``en`` set (stage 1: the exact fixed-point sum; stage 2: its rounding to 24
-    significant bits; ``y`` is the combinational integer rounding and clamp of stage 2).
+    Pipelined, free-running: ``q`` gives ``y`` :attr:`LATENCY` cycles later (stage 1: the
+    exact fixed-point sum; stage 2: its rounding to 24 significant bits; ``y`` is the
+    combinational integer rounding and clamp of stage 2).
     ``y_zp`` and ``out_signed`` travel with ``q``."""
 
     LATENCY = 2
 
     def __init__(self):
         super().__init__({
-            "en": In(1),
             "q_sig": In(_SIG),
             "q_exp": In(_EXP),
             "negative": In(1),
@@ -331,19 +330,17 @@ class QuantizeLane(wiring.Component):
         magnitude, below = signed_sum_magnitude(m, self.negative, fixed, zp, minus_zp, 37)
         total_magnitude = Signal(36)
         s1_below, s1_saturates, s1_negative, s1_signed = Signal(), Signal(), Signal(), Signal()
-        with m.If(self.en):
-            m.d.sync += [
-                total_magnitude.eq(magnitude), s1_below.eq(below),
-                s1_saturates.eq(saturates), s1_negative.eq(self.negative),
-                s1_signed.eq(self.out_signed),
-            ]
+        m.d.sync += [
+            total_magnitude.eq(magnitude), s1_below.eq(below),
+            s1_saturates.eq(saturates), s1_negative.eq(self.negative),
+            s1_signed.eq(self.out_signed),
+        ]
         # Stage 2: float32(q + y_zp), a magnitude and a sign.
         t = Signal(37)
         s2_below, s2_saturates, s2_negative, s2_signed = Signal(), Signal(), Signal(), Signal()
-        with m.If(self.en):
-            m.d.sync += [t.eq(round_significant(total_magnitude, 36)), s2_below.eq(s1_below),
-                         s2_saturates.eq(s1_saturates), s2_negative.eq(s1_negative),
-                         s2_signed.eq(s1_signed)]
+        m.d.sync += [t.eq(round_significant(total_magnitude, 36)), s2_below.eq(s1_below),
+                     s2_saturates.eq(s1_saturates), s2_negative.eq(s1_negative),
+                     s2_signed.eq(s1_signed)]
         # The integer, clamped to the output range.
         lo = Mux(s2_signed, -128, 0)
         hi = Mux(s2_signed, 127, 255)
@@ -853,7 +850,6 @@ class AvgPool(wiring.Component):
             requantise = QuantizeLane()
             m.submodules[f"output_{lane}"] = requantise
             m.d.comb += [
-                requantise.en.eq(1),
                 requantise.q_sig.eq(second.q_sig), requantise.q_exp.eq(second.q_exp),
                 requantise.negative.eq(second.q_tag[0]), requantise.zero.eq(second.q_tag[1]),
                 requantise.y_zp.eq(self.y_zp), requantise.out_signed.eq(self.out_signed),

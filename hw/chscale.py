@@ -74,7 +74,7 @@ class ChannelScaleLane(wiring.Component):
 
     Configuration inputs must be stable while the pipeline holds a valid input.
 
-    Timing: fully pipelined, one input per (enabled) cycle; ``y`` follows its inputs after
+    Timing: fully pipelined, free-running, one input per cycle; ``y`` follows its inputs after
     :attr:`LATENCY` (8) cycles. Stages:
     0. ``a − a_zp`` and ``b − b_zp`` (``b`` comes from a block RAM's output or the shortcut
        queue's: the multiplier gets a cycle of its own);

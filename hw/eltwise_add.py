@@ -136,7 +136,7 @@ class EltwiseAddLane(wiring.Component):
 
     Configuration inputs must be stable while the pipeline holds a valid input.
 
-    Timing: fully pipelined, one input per (enabled) cycle; ``y`` follows its inputs after
+    Timing: fully pipelined, free-running, one input per cycle; ``y`` follows its inputs after
     :attr:`LATENCY` (15) cycles. Stage 0 registers the codes and the decoded constants;
     then, for each fused multiply-add ``m·x + c`` (1–6:
     ``u = fma(b, r_b, fixed)``, 7–12: ``t = fma(a, r_a, u)``):

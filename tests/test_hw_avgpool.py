@@ -228,12 +228,11 @@ def test_final_rounding_on_verilator():
     zero = q == 0
     magnitude = np.where(zero, F32(1), np.abs(q))
     sig, exp = split_float(magnitude)
-    # The lane's stages and the wrapper's register; the stages move while ``en`` is set.
+    # The lane's stages and the wrapper's register.
     delay = QuantizeLane.LATENCY + 1
     vectors = {name: np.concatenate([values, np.zeros(delay, np.int64)]) for name, values in {
         "q_sig": sig, "q_exp": exp, "negative": (q < 0).astype(np.int64),
         "zero": zero.astype(np.int64), "y_zp": y_zp, "out_signed": out_signed}.items()}
-    vectors["en"] = np.ones(count + delay, np.int64)
     harness = VectorHarness(Registered(QuantizeLane()), "avgpool_quantize_lane",
                             BUILD / "quantize_lane")
     got = harness.run(vectors)["y"][delay:]
