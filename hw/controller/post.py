@@ -16,6 +16,7 @@ from ..eltwise_add import EltwiseAdd
 from ..gap import GlobalAvgPool
 from ..maxpool import MaxPool
 from ..pipeline import stage
+from ..stream_register import StreamRegister
 from ..upsample import Upsample2x
 from .common import POST_WORDS, log2, post_word, stage_signed, stage_zp
 
@@ -24,9 +25,9 @@ __all__ = ["PostChain"]
 
 class PostChain(wiring.Component):
     """The chain of :mod:`sfnpu.isa`, in its order: activation table (before the element-wise
-    stage) → ADD, CHANNEL_SCALE or MUL with the shortcut stream → activation table (after it) →
-    clamp → max, average or global-average pool → 2× upsample → padding-lane mask. Every
-    stage passes beats ``(oy, ob, ox)`` of the chunk's ``ob_count`` blocks; the type (zero
+    stage) → ADD, CHANNEL_SCALE or MUL with the shortcut stream → a register → activation table
+    (after it) → clamp → a register → max, average or global-average pool → 2× upsample →
+    padding-lane mask. Every stage passes beats ``(oy, ob, ox)`` of the chunk's ``ob_count`` blocks; the type (zero
     point, signedness) of the codes after each stage is the post record's entry of each stage
     that changes it, as the golden model tracks it.
 
@@ -147,8 +148,17 @@ class PostChain(wiring.Component):
         wiring.connect(m, wiring.flipped(self.i_stream), act.i_stream)
         wiring.connect(m, act.o_stream, add.i_stream)
         wiring.connect(m, add.o_stream, scale.i_stream)
-        wiring.connect(m, scale.o_stream, act_after.i_stream)
-        wiring.connect(m, clamp, maxpool.i_stream)
+        m.submodules.eltwise_out = eltwise_out = ResetInserter(restart)(
+            StreamRegister(data.ArrayLayout(8, L)))
+        wiring.connect(m, scale.o_stream, eltwise_out.i_stream)
+        wiring.connect(m, eltwise_out.o_stream, act_after.i_stream)
+        # Registers behind the element-wise stage and the clamp: a beat would otherwise pass
+        # from the result FIFO through every bypassed stage into the upsampler's line store
+        # in one cycle.
+        m.submodules.clamped = clamped = ResetInserter(restart)(
+            StreamRegister(data.ArrayLayout(8, L)))
+        wiring.connect(m, clamp, clamped.i_stream)
+        wiring.connect(m, clamped.o_stream, maxpool.i_stream)
         wiring.connect(m, maxpool.o_stream, avgpool.i_stream)
         wiring.connect(m, avgpool.o_stream, gap.i_stream)
         wiring.connect(m, gap.o_stream, upsample.i_stream)

@@ -31,8 +31,10 @@ def post_latency(instr: Instruction) -> int:
     from sfnpu.hw.chscale import ChannelScale
     from sfnpu.hw.eltwise_add import EltwiseAdd
     from sfnpu.hw.maxpool import MaxPool
+    from sfnpu.hw.stream_register import StreamRegister
 
-    depth = 2                                   # result FIFO, write FIFO
+    # result FIFO, write FIFO, the registers behind the element-wise stage and the clamp
+    depth = 2 + 2 * StreamRegister.LATENCY
     if instr.act == Activation.TABLE:
         depth += ActivationTable.LATENCY
     if instr.eltwise == Eltwise.ADD:
