@@ -12,8 +12,11 @@ HELP = "list the reference hardware configurations"
 def add_arguments(parser):
     parser.add_argument("--yosys", nargs="*", metavar="CONFIG",
                         help="synthesise the accelerator of these configurations (default: "
-                             "every one without an UltraScale part) with Yosys synth_ecp5 and "
-                             "compare the estimate with it (3-25 min each)")
+                             "every one without an UltraScale part) with Yosys and compare "
+                             "the estimate with it (3-25 min each)")
+    parser.add_argument("--family", choices=("ecp5", "ultrascale"), default=None,
+                        help="with --yosys: synth_ecp5 or synth_xilinx -family xcup "
+                             "(default: the configuration's part's family, else ecp5)")
     parser.add_argument("--out", default="build/resources",
                         help="working folder of --yosys (default: %(default)s)")
 
@@ -29,8 +32,10 @@ def run(args) -> int:
         short = resources.shortfalls(need, DEVICES[c.device]) if c.device else []
         fit = "" if not c.device else f"; on {c.device}: " + ("fits" if not short else
                                                                 "; ".join(short))
-        console.print(f"  estimate (sfnpu.resources): {need.multipliers} multipliers, "
-                      f"{need.bram18k} 18K block RAMs, {need.luts} LUT4{fit}")
+        terms = resources.TERMS[need.family]
+        console.print(f"  estimate (sfnpu.resources): {need.multipliers} multipliers "
+                      f"({terms.multiplier_name}), {need.bram18k} 18K block RAMs, "
+                      f"{need.luts} {terms.lut_name}{fit}")
     return 0
 
 
@@ -38,17 +43,17 @@ def _yosys(args) -> int:
     from pathlib import Path
 
     from sfnpu.config import get_config
-    from sfnpu.tools.resource_check import errors, synthesize
+    from sfnpu.tools.resource_check import SYNTH_SCRIPTS, errors, synthesize
 
     names = args.yosys or [n for n, c in CONFIGS.items()
                            if not c.device or DEVICES[c.device].family == "ecp5"]
     for name in names:
         config = get_config(name)
-        console.print(f"{name}: synth_ecp5 of the accelerator ...")
-        measured = synthesize(config, Path(args.out) / name)
-        console.print(f"  Yosys ({measured.seconds:.0f} s): {measured.multipliers} MULT18X18D, "
-                      f"{measured.bram18k} DP16KD, {measured.lut4} LUT4 + {measured.ccu2c} "
-                      f"CCU2C = {measured.luts} LUT positions")
-        for resource, (got, want, err) in errors(measured).items():
-            console.print(f"  {resource:12s} estimate {got:7d}  Yosys {want:7d}  {err:+.1%}")
+        family = args.family or resources.family_of(config)
+        console.print(f"{name}: {SYNTH_SCRIPTS[family].split()[0]} of the accelerator ...")
+        measured = synthesize(config.replace(device=None), Path(args.out) / name, family)
+        got = measured.calibration(name, {})
+        console.print(f"  Yosys ({measured.seconds:.0f} s): {got!r}")
+        for resource, (mine, theirs, err) in errors(measured).items():
+            console.print(f"  {resource:12s} estimate {mine:7d}  Yosys {theirs:7d}  {err:+.1%}")
     return 0

