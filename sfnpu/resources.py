@@ -149,7 +149,8 @@ CALIBRATION = (
 )
 
 #: The UltraScale+ measurements (DSP packing on, as kcu1500 has it; 2026-11-28). The LUT
-#: terms are solved from the first three rows.
+#: terms are solved from the first three rows; the last (packing off, 2026-11-29, 384 s) checks
+#: the multiplier terms on a fourth point.
 XILINX_CALIBRATION = (
     XilinxCalibration("ecp5-ulx3s", dict(dsp_packing=True), dsp48e2=67, ramb36e2=66,
                       ramb18e2=20, lut=28831, carry=3631),
@@ -157,6 +158,8 @@ XILINX_CALIBRATION = (
                       lut=52348, carry=5967),
     XilinxCalibration("tiny", dict(ti=16, to=16, dsp_packing=True), dsp48e2=283,
                       ramb36e2=176, ramb18e2=241, lut=115031, carry=11382),
+    XilinxCalibration("ecp5-ulx3s", dict(), dsp48e2=75, ramb36e2=66, ramb18e2=20, lut=28579,
+                      carry=3592),
 )
 
 
