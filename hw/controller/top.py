@@ -110,6 +110,7 @@ from ..axi import Axi4Signature
 from ..csr import ControlSignature
 from ..datapath import ConvDatapath
 from ..dma import DmaEngine
+from ..pipeline import stage
 from .accumulator import Accumulator
 from .arbiter import CommandArbiter
 from .buffers import FeatureBuffers
@@ -384,12 +385,15 @@ class GroupController(wiring.Component):
                                                           g.identity)
         wiring.connect(m, u.reader.o_stream, dp.i_stream)
         prm = dp.params
+        # The row buffer's geometry from the instruction, through registers: the instruction
+        # is fetched several cycles before the compute phase starts (its parameter block
+        # loads in between), so they change no cycle, and they keep the instruction
+        # register's fan-out off the row buffer's window logic.
+        geometry = {name: stage(m, instr[name], f"rows_{name}")
+                    for name in ("kh", "kw", "sh", "sw", "pad_top", "pad_left", "in_h", "in_w")}
         m.d.comb += [
             prm.depthwise.eq(g.depthwise),
-            prm.kh.eq(instr.kh), prm.kw.eq(instr.kw), prm.sh.eq(instr.sh),
-            prm.sw.eq(instr.sw),
-            prm.pad_top.eq(instr.pad_top), prm.pad_left.eq(instr.pad_left),
-            prm.in_h.eq(instr.in_h), prm.in_w.eq(instr.in_w),
+            *(getattr(prm, name).eq(value) for name, value in geometry.items()),
             prm.out_h.eq(g.conv_h), prm.out_w.eq(g.conv_w),
             prm.blocks.eq(g.in_blocks),
             prm.repeats.eq(Mux(g.depthwise, 1, g.ob_count)),
