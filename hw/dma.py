@@ -103,14 +103,14 @@ class DmaEngine(wiring.Component):
     read_bytes, write_bytes : Out(range(bus bytes + 1))
         DRAM bytes moved in this cycle (see the module docstring).
 
-    Timing: a command accepted in cycle *c* issues its first burst address in cycle *c* + 3
-    (:attr:`ISSUE_LATENCY`: a cycle pending, a cycle with its engine); further bursts follow
-    one per cycle while fewer than ``*_outstanding`` are in flight. Read beats pass from R to
-    ``read_data`` combinationally.
+    Timing: a command accepted in cycle *c* issues its first burst address in cycle *c* + 4
+    (:attr:`ISSUE_LATENCY`: a cycle pending, a cycle decoded, a cycle with its engine);
+    further bursts follow one per cycle while fewer than ``*_outstanding`` are in flight.
+    Read beats pass from R to ``read_data`` combinationally.
     """
 
     #: Cycles from an accepted command to its first AR/AW valid.
-    ISSUE_LATENCY = 3
+    ISSUE_LATENCY = 4
     #: Cycles from the last beat of a burst to the next AR/AW valid when the outstanding
     #: limit held it back.
     REISSUE_LATENCY = 2
@@ -182,10 +182,10 @@ class DmaEngine(wiring.Component):
         m = Module()
         failed = Signal()
         raise_error = []                              # (condition, code, address), by priority
-        pending = SimpleNamespace(valid=Signal(), payload=Signal(self.cmd.payload.shape()))
-        pending.read = pending.valid & (pending.payload.direction == Direction.READ)
-        pending.write = pending.valid & (pending.payload.direction == Direction.WRITE)
-        decoded = self._decode(m, pending.payload)
+        # An accepted command waits a cycle in ``pending`` (the producer's address arithmetic
+        # and the decode do not share a cycle) and a cycle in ``decoded`` (the decode's adders
+        # and window compares do not share one with the engine's burst issue).
+        pending, decoded = self._command_stage(), self._command_stage()
         rd = self._read_channel(m, failed, raise_error)
         wr = self._write_channel(m, failed, raise_error)
         self._accept(m, pending, decoded, failed, raise_error, rd, wr)
@@ -202,8 +202,8 @@ class DmaEngine(wiring.Component):
             with m.If(condition):
                 m.d.sync += [rd.left.eq(0), wr.left.eq(0)]
 
-        read_busy = (rd.left != 0) | (rd.outstanding != 0) | pending.read
-        write_busy = (wr.left != 0) | (wr.outstanding != 0) | pending.write
+        read_busy = (rd.left != 0) | (rd.outstanding != 0) | pending.read | decoded.read
+        write_busy = (wr.left != 0) | (wr.outstanding != 0) | pending.write | decoded.write
         m.d.comb += [
             self.read_busy.eq(read_busy),
             self.write_busy.eq(write_busy),
@@ -215,25 +215,36 @@ class DmaEngine(wiring.Component):
                          self.error_addr.eq(0)]
         return m
 
-    def _decode(self, m, cmd):
-        """Command decode: the word range of the command and the window check."""
+    def _command_stage(self):
+        """A register stage of accepted commands: ``valid``, ``payload`` and their direction."""
+        stage = SimpleNamespace(valid=Signal(), payload=Signal(self.cmd.payload.shape()))
+        stage.read = stage.valid & (stage.payload.direction == Direction.READ)
+        stage.write = stage.valid & (stage.payload.direction == Direction.WRITE)
+        return stage
+
+    def _decode(self, m, cmd, decoded):
+        """Command decode into registers beside ``decoded``: the word range of ``cmd`` and
+        the window check."""
         B = self.bus_bytes
         size_log2 = B.bit_length() - 1
         word_bits = self.addr_width - size_log2
         end = Signal(self.addr_width + 1)
-        first_word = Signal(word_bits)
         end_word = Signal(word_bits + 2)              # first word after the range
         m.d.comb += [
             end.eq(cmd.address + cmd.length),
-            first_word.eq(cmd.address[size_log2:]),
             end_word.eq((end + (B - 1))[size_log2:]),
         ]
+        first_word = cmd.address[size_log2:]
         # A range running past the top of the address space would wrap: never in the window.
         in_window = (((first_word << size_log2) >= self.window_base)
                      & ((end_word << size_log2) <= self.window_limit)
                      & ((end_word << size_log2) <= 1 << self.addr_width))
-        return SimpleNamespace(end=end, first_word=first_word, end_word=end_word,
-                               in_window=in_window)
+        decoded.end = Signal(self.addr_width + 1)
+        decoded.first_word = Signal(word_bits)
+        decoded.end_word = Signal(word_bits + 2)
+        decoded.in_window = Signal()
+        m.d.sync += [decoded.end.eq(end), decoded.first_word.eq(first_word),
+                     decoded.end_word.eq(end_word), decoded.in_window.eq(in_window)]
 
     def _burst_issuer(self, m, channel, outstanding_limit, completed, failed):
         """Split the current command of one direction into bursts on ``channel``."""
@@ -372,19 +383,22 @@ class DmaEngine(wiring.Component):
 
     def _accept(self, m, pending, decoded, failed, raise_error, rd, wr):
         """Accepting commands: the idle engine of their direction, or a window error. An
-        accepted command waits a cycle in ``pending`` (the producer's address arithmetic and
-        this decode do not share a cycle), then its engine takes it."""
-        cmd = pending.payload
+        accepted command waits a cycle in ``pending`` and a cycle in ``decoded``, then its
+        engine takes it."""
         size_log2 = self.bus_bytes.bit_length() - 1
-        first_word, end_word = decoded.first_word, decoded.end_word
-        is_write = cmd.direction == Direction.WRITE
         incoming_write = self.cmd.payload.direction == Direction.WRITE
-        engine_free = Mux(incoming_write, (wr.left == 0) & ~pending.write,
-                          (rd.left == 0) & ~pending.read)
+        engine_free = Mux(incoming_write, (wr.left == 0) & ~pending.write & ~decoded.write,
+                          (rd.left == 0) & ~pending.read & ~decoded.read)
         m.d.comb += self.cmd.ready.eq(engine_free | failed)
         m.d.sync += [pending.valid.eq(self.cmd.valid & self.cmd.ready & ~failed),
-                     pending.payload.eq(self.cmd.payload)]
-        accept = pending.valid & ~failed & (cmd.length != 0)
+                     pending.payload.eq(self.cmd.payload),
+                     decoded.valid.eq(pending.valid & ~failed),
+                     decoded.payload.eq(pending.payload)]
+        self._decode(m, pending.payload, decoded)
+        cmd = decoded.payload
+        first_word, end_word = decoded.first_word, decoded.end_word
+        is_write = cmd.direction == Direction.WRITE
+        accept = decoded.valid & ~failed & (cmd.length != 0)
         with m.If(accept & decoded.in_window):
             with m.If(is_write):
                 m.d.sync += [

@@ -411,7 +411,9 @@ def test_clear_resumes_after_an_error():
         ctx.set(dma.cmd.valid, 1)
         await ctx.tick().until(dma.cmd.ready)
         ctx.set(dma.cmd.valid, 0)
-        await ctx.tick()
+        await ctx.tick()                  # pending
+        assert not ctx.get(dma.error)
+        await ctx.tick()                  # decoded: the window check fails
         assert ctx.get(dma.error) and ctx.get(dma.error_code) == ErrorCode.DMA_WINDOW
         ctx.set(dma.clear, 1)
         await ctx.tick()
