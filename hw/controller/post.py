@@ -70,6 +70,10 @@ class PostChain(wiring.Component):
         To the write buffer; lanes past ``out_c`` are 0.
     """
 
+    #: :class:`~sfnpu.hw.stream_register.StreamRegister` stages, both between the element-wise
+    #: stage and the pools: behind the element-wise stage and behind the clamp.
+    STREAM_REGISTERS = 2
+
     def __init__(self, lanes: int, bus_bytes: int, *, psum_words: int, pool_row_pixels: int,
                  max_blocks: int):
         self.lanes = lanes

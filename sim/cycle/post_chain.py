@@ -30,11 +30,12 @@ def post_latency(instr: Instruction) -> int:
     from sfnpu.hw.act_table import ActivationTable
     from sfnpu.hw.chscale import ChannelScale
     from sfnpu.hw.eltwise_add import EltwiseAdd
+    from sfnpu.hw.controller.post import PostChain
     from sfnpu.hw.maxpool import MaxPool
     from sfnpu.hw.stream_register import StreamRegister
 
     # result FIFO, write FIFO, the registers behind the element-wise stage and the clamp
-    depth = 2 + 2 * StreamRegister.LATENCY
+    depth = 2 + PostChain.STREAM_REGISTERS * StreamRegister.LATENCY
     if instr.act == Activation.TABLE:
         depth += ActivationTable.LATENCY
     if instr.eltwise == Eltwise.ADD:
