@@ -169,10 +169,11 @@ class ActivationTable(wiring.Component):
                     read.addr.eq(code[code_bits:]),
                 ]
                 if code_bits:
-                    byte = Signal(code_bits, name=f"byte_{lane}")
+                    byte = Signal(code_bits, name=f"byte_{lane}", reset_less=True)
                     m.d.sync += byte.eq(code[:code_bits])
                     looked_up = read.data.word_select(byte, 8)
-            out = Signal(8, name=f"out_{lane}")
+            # datapath registers: no reset (the flush's fan-out stays on the handshakes)
+            out = Signal(8, name=f"out_{lane}", reset_less=True)
             m.d.sync += out.eq(looked_up)
             m.d.comb += held.payload[8 * lane:8 * (lane + 1)].eq(out)
 
