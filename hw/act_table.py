@@ -169,11 +169,10 @@ class ActivationTable(wiring.Component):
                     read.addr.eq(code[code_bits:]),
                 ]
                 if code_bits:
-                    byte = Signal(code_bits, name=f"byte_{lane}", reset_less=True)
+                    byte = Signal(code_bits, name=f"byte_{lane}")
                     m.d.sync += byte.eq(code[:code_bits])
                     looked_up = read.data.word_select(byte, 8)
-            # datapath registers: no reset (the flush's fan-out stays on the handshakes)
-            out = Signal(8, name=f"out_{lane}", reset_less=True)
+            out = Signal(8, name=f"out_{lane}")
             m.d.sync += out.eq(looked_up)
             m.d.comb += held.payload[8 * lane:8 * (lane + 1)].eq(out)
 

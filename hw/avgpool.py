@@ -508,7 +508,7 @@ class AvgPool(wiring.Component):
         # The requantisers' stages and the output register run freely; their beats wait in
         # ``held``, whose handshakes are those of the stages held as a whole while the output
         # waits (hw.held_output).
-        output_codes = Signal(beat_layout, reset_less=True)
+        output_codes = Signal(beat_layout)
         m.submodules.held = held = HeldOutput(beat_layout.size, QuantizeLane.LATENCY + 1)
         advance = held.advance
         hold_n, first_divider, second_divider = self._lanes(

@@ -124,7 +124,7 @@ class GlobalAvgPool(wiring.Component):
         m.submodules.requantizer = requantizer = Requantizer(width=9)
 
         # -- the input register ------------------------------------------------------------------
-        codes = Signal(data.ArrayLayout(8, lanes), reset_less=True)      # read with pending
+        codes = Signal(data.ArrayLayout(8, lanes))
         pending = Signal()                      # codes hold a beat not yet accumulated
         accept = Signal()                       # the pending beat is added to the sums
 
@@ -199,7 +199,7 @@ class GlobalAvgPool(wiring.Component):
         feeding = Signal()
         fed = Signal(range(lanes + 1))
         collected = Signal(range(lanes + 1))
-        results = Signal(data.ArrayLayout(8, lanes), reset_less=True)
+        results = Signal(data.ArrayLayout(8, lanes))
         with m.If(accept & last_pixel):
             m.d.sync += [busy.eq(1), feeding.eq(1), fed.eq(0), collected.eq(0)]
         with m.If(feeding):

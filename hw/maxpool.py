@@ -183,7 +183,7 @@ class MaxPool(wiring.Component):
         h_count = Signal(range(self.max_out_width + 1))        # output columns emitted
         h_previous = [Signal(beat_layout, name=f"h_previous_{d}") for d in (1, 2)]
         h_valid = Signal()                                     # reduced pixel for the V stage
-        h_data = Signal(beat_layout, reset_less=True)          # read with h_valid
+        h_data = Signal(beat_layout)
         h_ready = Signal()
 
         h_axis = _WindowAxis(h_position, self.in_w, self.kernel, self.pad, "h")

@@ -10,7 +10,7 @@ cycle of latency. ``ready`` still passes through combinationally (one gate).
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -43,9 +43,7 @@ class StreamRegister(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         i, o = self.i_stream, self.o_stream
-        # The payload is a datapath register: no reset, so a flush reaches only ``valid``.
-        payload = Signal.like(i.payload, name="held_payload", reset_less=True)
-        m.d.comb += [i.ready.eq(~o.valid | o.ready), o.payload.eq(payload)]
+        m.d.comb += i.ready.eq(~o.valid | o.ready)
         with m.If(i.ready):
-            m.d.sync += [o.valid.eq(i.valid), payload.eq(i.payload)]
+            m.d.sync += [o.valid.eq(i.valid), o.payload.eq(i.payload)]
         return m
