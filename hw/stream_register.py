@@ -27,7 +27,7 @@ class StreamRegister(wiring.Component):
     ---------
     i_stream : In(stream.Signature(shape))
     o_stream : Out(stream.Signature(shape))
-        ``i_stream``'s beats one cycle later; ``valid`` resets, the payload does not.
+        ``i_stream``'s beats one cycle later.
     """
 
     #: Cycles from a beat taken to the beat at the output (the cycle model's post latency).
