@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from sfnpu.tools.bitstream import build_ecp5
+from sfnpu.tools.bitstream import ROUTED_PATHS, build_ecp5
 from sfnpu.config import DEVICES
 from sfnpu.hw.ulx3s import MEMORY_BYTES
 from sfnpu.tb.verilator import REPO_ROOT
@@ -31,6 +31,15 @@ def check_build(build, out):
     report = (out / "report.md").read_text()
     assert "| EBR (DP16KD) |" in report and "achieved Fmax" in report
     assert "Critical path after routing" in report
+    # The slowest registers after routing start with nextpnr's critical path, then slower
+    # to faster, one per register, each traced in the netlist.
+    paths = build.routed_paths
+    assert len(paths) == ROUTED_PATHS and "Slowest registers after routing" in report
+    worst = 1000 / min(achieved for achieved, _ in build.fmax.values())
+    assert paths[0].delay_ns == pytest.approx(worst, abs=0.01)
+    assert [p.delay_ns for p in paths] == sorted((p.delay_ns for p in paths), reverse=True)
+    assert len({p.endpoint.rsplit("_TRELLIS_FF", 1)[0] for p in paths}) == len(paths)
+    assert all(p.nets for p in paths)
 
 
 @pytest.mark.parametrize("memory", ["sdram", "bram"])

@@ -10,7 +10,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from sfnpu.tools.logic_depth import ROUTING_NS, SETUP_NS, worst_paths
+from sfnpu.tools.logic_depth import ROUTING_NS, SETUP_NS, routed_endpoints, worst_paths
 
 
 def cell(kind, **pins):
@@ -45,6 +45,32 @@ def test_paths_of_a_hand_made_netlist():
     assert paths[0].delay_ns == pytest.approx(0.35 + 2 * (ROUTING_NS + 0.35) + ROUTING_NS
                                               + SETUP_NS)
     assert [n for n, _, _ in paths[0].nets] == ["a_q", "x", "y"]
+
+
+def test_routed_endpoints_rank_nextpnrs_arrivals():
+    """nextpnr's arrival at each register input ranks the routed design (one row per register,
+    the bits of b_q counting once; M is a flip-flop's data from outside its slice; asynchronous
+    endpoints do not count); each row carries the netlist's deepest path into it."""
+    cells = {"a": ff(20, 10), "l1": lut(10, 11), "l2": lut(11, 12),
+             "b_TRELLIS_FF_Q": ff(12, 20), "b_TRELLIS_FF_Q_1": ff(12, 22),
+             "c": ff(21, 13), "l3": lut(13, 14), "d": ff(14, 21), "e": ff(14, 23)}
+    names = {"a_q": 10, "x": 11, "y": 12, "c_q": 13, "z": 14, "b_q": 20, "d_q": 21, "e_q": 23}
+
+    def net(name, event, *ends):
+        return {"net": name, "event": event, "driver": "", "port": "", "sources": [],
+                "endpoints": [{"cell": c, "port": p, "event": event, "delay": [0.0, d]}
+                              for c, p, d in ends]}
+    clk = "posedge clk"
+    report = {"detailed_net_timings": [
+        net("y", clk, ("b_TRELLIS_FF_Q", "DI", 7.5), ("b_TRELLIS_FF_Q_1", "DI", 7.0)),
+        net("z", clk, ("d", "M", 9.0)),
+        net("z2", "<async>", ("e", "DI", 30.0))]}
+    paths = routed_endpoints(netlist(cells, names), "top", report)
+    assert [(p.delay_ns, p.endpoint) for p in paths] == [(9.0, "d.M"), (7.5, "b_TRELLIS_FF_Q.DI")]
+    assert [n for n, _, _ in paths[0].nets] == ["c_q", "z"]
+    assert [n for n, _, _ in paths[1].nets] == ["a_q", "x", "y"] and paths[1].levels == 2
+    with pytest.raises(ValueError, match="--detailed-timing-report"):
+        routed_endpoints(netlist(cells, names), "top", {"critical_paths": []})
 
 
 def test_carry_chain_costs_no_routing():

@@ -29,6 +29,8 @@ BOARDS = ("ulx3s-85f", "kcu105", "kcu1500")
 ECP5_NAME = "sfnpu_ulx3s"
 #: Default UART speed of the host link (the ULX3S's FT231X reaches 3 Mbaud).
 DEFAULT_BAUD = 3_000_000
+#: Endpoints the report lists after routing (nextpnr itself reports one path per clock).
+ROUTED_PATHS = 20
 #: nextpnr-ecp5's routers and their options. router1, nextpnr's default for ECP5, rips up arc
 #: by arc and stalled on the accelerator's design for hours with thousands of arcs overused;
 #: router2 negotiates congestion (CRoute) and routes it in about 6 minutes. Its timing-driven
@@ -82,6 +84,7 @@ class EcpBuild:
     fmax: dict[str, tuple[float, float]] = field(default_factory=dict)   # achieved, target
     critical_path: dict[str, str] = field(default_factory=dict)
     deepest_paths: list = field(default_factory=list)   # logic_depth.TimedPath, synth only
+    routed_paths: list = field(default_factory=list)    # logic_depth.TimedPath, after routing
     bitstream: Path | None = None
 
     @property
@@ -162,7 +165,8 @@ def build_ecp5(out_dir, *, config: HwConfig | None = None, clock_mhz: float | No
                    with_accelerator=with_accelerator)
     plan = Ulx3s85FPlatform().build(
         top, name=ECP5_NAME, do_build=False,
-        nextpnr_opts=f"--report {ECP5_NAME}.report.json --timing-allow-fail "
+        nextpnr_opts=f"--report {ECP5_NAME}.report.json --detailed-timing-report "
+                     f"--timing-allow-fail "
                      f"{build.nextpnr_options}")
     plan.extract(out)
     build.seconds["elaborate"] = time.perf_counter() - t0
@@ -186,6 +190,10 @@ def build_ecp5(out_dir, *, config: HwConfig | None = None, clock_mhz: float | No
                              for k, v in report["utilization"].items()}
         build.fmax = {k: (v["achieved"], v["constraint"]) for k, v in report["fmax"].items()}
         build.critical_path = _critical_path((out / f"{ECP5_NAME}.tim").read_text())
+        from .logic_depth import routed_endpoints
+
+        build.routed_paths = routed_endpoints(out / f"{ECP5_NAME}.json", ECP5_NAME, report,
+                                              ROUTED_PATHS)
         log("bitstream (ecppack)")
         ecppack = _script_command(script, "ECPPACK")
         build.seconds["ecppack"] = _run("ecppack", [env["ECPPACK"], *ecppack], out, env,
@@ -254,6 +262,14 @@ def ecp5_report(b: EcpBuild) -> str:
                       + "; ".join(f"{k} `{v}`" for k, v in b.critical_path.items()) + "."]
         lines += ["", "Source: nextpnr's `--report` JSON (`sfnpu_ulx3s.report.json`) after "
                   "routing; the full log is `sfnpu_ulx3s.tim`."]
+        if b.routed_paths:
+            from .logic_depth import paths_markdown
+
+            lines += ["", "Slowest registers after routing (`sfnpu.tools.logic_depth "
+                      "--routed`): nextpnr's delay to each, from the report's endpoint "
+                      "timing; the start and levels are the netlist estimate's deepest path "
+                      "into it, not necessarily nextpnr's:", "",
+                      *paths_markdown(b.routed_paths, "nextpnr")]
         if not b.met:
             lines += ["", f"**Timing is not met at {b.clock_mhz:g} MHz.** The bitstream was "
                       "written anyway (`--timing-allow-fail`); it is only expected to work at "

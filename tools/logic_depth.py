@@ -19,16 +19,23 @@ design, whose critical path nextpnr measured as 61 logic levels in 42.7 ns):
 * 0.65 ns of routing per net between cells.
 
 Levels count the cells a path passes, carry cells included.
+
+After routing, nextpnr reports one path per clock. :func:`routed_endpoints` reads the
+arrival nextpnr computed at every register input (its JSON report with
+``--detailed-timing-report``, which :mod:`sfnpu.tools.bitstream` passes) and lists the slowest
+registers, each with the deepest path into it by the estimate above: every path that fails
+the clock from one build, not only the worst.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["TimedPath", "worst_paths", "paths_markdown", "ROUTING_NS"]
+__all__ = ["TimedPath", "worst_paths", "routed_endpoints", "paths_markdown", "ROUTING_NS"]
 
 ROUTING_NS = 0.65
 SETUP_NS = 0.1
@@ -80,13 +87,31 @@ def _net_names(module: dict) -> dict[int, str]:
     return {bit: key[2] for bit, key in best.items()}
 
 
-def worst_paths(netlist: dict | str | Path, top: str, count: int = 10) -> list[TimedPath]:
-    """The ``count`` slowest paths of module ``top`` of a Yosys JSON netlist, one per
-    endpoint register (the bits of one register count once)."""
-    if not isinstance(netlist, dict):
-        netlist = json.loads(Path(netlist).read_text())
-    cells = netlist["modules"][top]["cells"]
-    names = _net_names(netlist["modules"][top])
+class _Timing:
+    """Arrival of every net of module ``top`` under the delay model, and the input each
+    combinational output's latest arrival came from."""
+
+    def __init__(self, netlist: dict | str | Path, top: str):
+        if not isinstance(netlist, dict):
+            netlist = json.loads(Path(netlist).read_text())
+        self.cells = netlist["modules"][top]["cells"]
+        self.names = _net_names(netlist["modules"][top])
+        self.inputs, self.arrival, self.came_from = _arrivals(self.cells)
+
+    def path(self, delay: float, bit: int, endpoint: str) -> TimedPath:
+        """The path into ``bit`` (at ``endpoint``), traced back to where it starts."""
+        nets, at = [], bit
+        while at is not None:
+            source, kind = self.came_from.get(at, (None, "input"))
+            nets.append((self.names.get(at, str(at)), kind, round(self.arrival.get(at, 0.0), 2)))
+            at = source
+        nets.reverse()
+        return TimedPath(round(delay, 2), len(nets) - 1, endpoint, tuple(nets))
+
+
+def _arrivals(cells: dict):
+    """Per cell its input (pin, bit)s; per bit its arrival and (source bit, driving cell
+    type), combinational cells in topological order."""
     inputs: dict[str, list[tuple[str, int]]] = defaultdict(list)
     sinks: dict[int, list[str]] = defaultdict(list)
     driven: set[int] = set()
@@ -143,39 +168,75 @@ def worst_paths(netlist: dict | str | Path, top: str, count: int = 10) -> list[T
                         if waiting[sink] == 0:
                             ready.append(sink)
 
+    return inputs, arrival, came_from
+
+
+def worst_paths(netlist: dict | str | Path, top: str, count: int = 10) -> list[TimedPath]:
+    """The ``count`` slowest paths of module ``top`` of a Yosys JSON netlist, one per
+    endpoint register (the bits of one register count once)."""
+    timing = _Timing(netlist, top)
     ends = []
-    for cname, cell in cells.items():
+    for cname, cell in timing.cells.items():
         if cell["type"] in _COMBINATIONAL:
             continue
-        for pin, bit in inputs[cname]:
-            if pin not in _CLOCK_PINS and bit in arrival:
-                ends.append((arrival[bit] + ROUTING_NS + SETUP_NS, bit, cname, pin))
+        for pin, bit in timing.inputs[cname]:
+            if pin not in _CLOCK_PINS and bit in timing.arrival:
+                ends.append((timing.arrival[bit] + ROUTING_NS + SETUP_NS, bit, cname, pin))
     ends.sort(key=lambda e: -e[0])
     found, registers = [], set()
     for delay, bit, cname, pin in ends:
-        register = names.get(bit, str(bit)).rsplit("_TRELLIS_FF", 1)[0]
+        register = timing.names.get(bit, str(bit)).rsplit("_TRELLIS_FF", 1)[0]
         if register in registers:
             continue
         registers.add(register)
-        nets, at = [], bit
-        while at is not None:
-            source, kind = came_from.get(at, (None, "input"))
-            nets.append((names.get(at, str(at)), kind, round(arrival.get(at, 0.0), 2)))
-            at = source
-        nets.reverse()
-        found.append(TimedPath(round(delay, 2), len(nets) - 1, f"{cname}.{pin}",
-                               tuple(nets)))
+        found.append(timing.path(delay, bit, f"{cname}.{pin}"))
         if len(found) == count:
             break
     return found
 
 
-def paths_markdown(paths: list[TimedPath]) -> list[str]:
-    """A table of the paths: estimated delay and Fmax, levels, start and end nets."""
-    lines = ["| estimate | Fmax | levels | from | to |", "| ---: | ---: | ---: | --- | --- |"]
+def routed_endpoints(netlist: dict | str | Path, top: str, report: dict | str | Path,
+                     count: int = 20) -> list[TimedPath]:
+    """The ``count`` slowest endpoints of the placed and routed design, one per register:
+    each with nextpnr's delay (its arrival at the endpoint, set-up included, from the
+    report's ``detailed_net_timings``; ``--detailed-timing-report``) and the netlist
+    estimate's deepest path into it (which cells it passes, not nextpnr's own path).
+    Only paths within one clock edge count."""
+    if not isinstance(report, dict):
+        report = json.loads(Path(report).read_text())
+    if "detailed_net_timings" not in report:
+        raise ValueError("the nextpnr report has no endpoint timing: run nextpnr with "
+                         "--detailed-timing-report")
+    timing = _Timing(netlist, top)
+    ends = sorted(((end["delay"][-1] if isinstance(end["delay"], list) else end["delay"],
+                    end["cell"], end["port"])
+                   for net in report["detailed_net_timings"] for end in net["endpoints"]
+                   if end["event"] == net["event"] and "async" not in net["event"]),
+                  reverse=True)
+    found, registers = [], set()
+    for delay, cname, pin in ends:
+        register = re.sub(r"_TRELLIS_FF_Q(_\d+)?$", "", cname)
+        if register in registers:
+            continue
+        registers.add(register)
+        pins = dict(timing.inputs.get(cname, ()))
+        # nextpnr feeds a flip-flop's data from outside its slice through the M input
+        bit = pins.get(pin, pins.get("DI") if pin == "M" else None)
+        path = timing.path(delay, bit, f"{cname}.{pin}") if bit is not None else \
+            TimedPath(round(delay, 2), 0, f"{cname}.{pin}", ())
+        found.append(path)
+        if len(found) == count:
+            break
+    return found
+
+
+def paths_markdown(paths: list[TimedPath], delay: str = "estimate") -> list[str]:
+    """A table of the paths: delay (``delay`` names its source) and Fmax, levels, start and
+    end nets."""
+    lines = [f"| {delay} | Fmax | levels | from | to |", "| ---: | ---: | ---: | --- | --- |"]
     for p in paths:
         lines.append(f"| {p.delay_ns:.1f} ns | {p.mhz:.0f} MHz | {p.levels} | "
-                     f"`{p.nets[0][0][:70]}` | `{p.endpoint[:70]}` |")
+                     f"`{p.nets[0][0][:70] if p.nets else '?'}` | `{p.endpoint[:70]}` |")
     return lines
 
 
@@ -189,9 +250,16 @@ def main(argv=None) -> int:
     parser.add_argument("--top", default="sfnpu_ulx3s")
     parser.add_argument("--count", type=int, default=15)
     parser.add_argument("--trace", type=int, default=1, help="paths printed net by net")
+    parser.add_argument("--routed", metavar="REPORT",
+                        help="nextpnr's JSON report (--detailed-timing-report): the routed "
+                             "design's slowest endpoints, each with its deepest estimated path")
     args = parser.parse_args(argv)
-    paths = worst_paths(args.netlist, args.top, args.count)
-    print("\n".join(paths_markdown(paths)))
+    if args.routed:
+        paths = routed_endpoints(args.netlist, args.top, args.routed, args.count)
+        print("\n".join(paths_markdown(paths, "nextpnr")))
+    else:
+        paths = worst_paths(args.netlist, args.top, args.count)
+        print("\n".join(paths_markdown(paths)))
     for p in paths[:args.trace]:
         print(f"\n{p.delay_ns:.1f} ns, {p.levels} levels, to {p.endpoint}:")
         for net, kind, at in p.nets:

@@ -88,7 +88,7 @@ class Sequencer(wiring.Component):
     parameter block, load the weights unless they are held or streamed, then the compute
     phase (``start`` for one cycle, then ``compute`` until ``compute_done``), chunk by chunk.
     A DMA error or an abort ends the run from any running state; ERROR reports, DRAIN waits
-    for the DMA and ``flush`` es the compute path.
+    for the DMA, FLUSH resets the compute path (``flush``, a register).
 
     Parameters
     ----------
@@ -211,6 +211,9 @@ class Sequencer(wiring.Component):
         with m.If(self.pf_loaded):
             m.d.sync += [r.held_valid.eq(1), r.held_offset.eq(self.pf_offset),
                          r.held_depthwise.eq(0), self.held_base.eq(self.pf_base)]
+        # ``flush`` (high in FLUSH) resets most of the compute path: a register of its own, so
+        # the reset net's long routes start at a flip-flop, not behind the DMA's idle logic.
+        m.d.sync += self.flush.eq(0)
         with m.FSM() as fsm:
             self._image_states(m, r)
             self._decode_states(m, r)
@@ -671,5 +674,7 @@ class Sequencer(wiring.Component):
             # Accept read data still due (the read router takes every beat outside the
             # compute phase); write data of issued commands is in the buffer.
             with m.If(self.dma_idle):
-                m.d.comb += self.flush.eq(1)
-                m.next = "IDLE"
+                m.d.sync += self.flush.eq(1)
+                m.next = "FLUSH"
+        with m.State("FLUSH"):
+            m.next = "IDLE"
