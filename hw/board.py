@@ -20,6 +20,7 @@ from .accelerator import CSR_ADDR_WIDTH, Accelerator
 from .block_ram import AxiBlockRam
 from .sdram import SdramController, SdramPinsSignature
 from .sdram_timing import AS4C_7, ULX3S_SDRAM
+from .skid_buffer import SkidBuffer
 from .uart import UartRx, UartTx
 from .uart_bridge import UartBridge
 
@@ -124,7 +125,14 @@ class BoardSystem(wiring.Component):
             word_bits=memory.word_bits, csr_addr_width=CSR_ADDR_WIDTH)
         if self.with_accelerator:
             m.submodules.accel = accel = Accelerator(cfg, addr_width=32)
-            wiring.connect(m, accel.bus, memory.bus)
+            for channel in ("aw", "b", "ar", "r"):
+                wiring.connect(m, getattr(accel.bus, channel), getattr(memory.bus, channel))
+            # The W channel through a skid buffer: the SDRAM controller's W ready is deep
+            # logic (open-row compares, timers, the burst state), and the DMA's write path
+            # behind it ran to the write buffer's counters in the same cycle.
+            m.submodules.w_slice = w_slice = SkidBuffer(accel.bus.w.payload.shape())
+            wiring.connect(m, accel.bus.w, w_slice.i_stream)
+            wiring.connect(m, w_slice.o_stream, memory.bus.w)
             wiring.connect(m, bridge.csr, accel.csr)
             m.d.comb += self.irq.eq(accel.irq)
         wiring.connect(m, bridge.mem, memory.host)

@@ -107,8 +107,11 @@ class PostChain(wiring.Component):
                          table.write_data.eq(self.table_write_data),
                          table.write_en.eq(self.table_write_en)]
         # The stages keep state across beats even when bypassed: they are held in reset
-        # outside the compute phase, so each group starts them afresh.
-        restart = flush | ~self.compute
+        # outside the compute phase, so each group starts them afresh. The reset is a
+        # register (released in the phase's second cycle, before any beat can arrive): its
+        # fan-out starts at a flip-flop, not at the sequencer's state decode.
+        restart = Signal(init=1)
+        m.d.sync += restart.eq(flush | ~self.compute)
         sizes = dict(max_width=self.psum_words, max_blocks=self.max_blocks)
         pooling = dict(sizes, max_row_pixels=self.pool_row_pixels)
         m.submodules.add = add = ResetInserter(restart)(EltwiseAdd(L))
@@ -163,8 +166,16 @@ class PostChain(wiring.Component):
             StreamRegister(data.ArrayLayout(8, L)))
         wiring.connect(m, clamp, clamped.i_stream)
         wiring.connect(m, clamped.o_stream, maxpool.i_stream)
-        wiring.connect(m, maxpool.o_stream, avgpool.i_stream)
-        wiring.connect(m, avgpool.o_stream, gap.i_stream)
+        # One pool at most is enabled, the others pass beats through: the enabled pool's
+        # ready comes from the upsampler directly, so the disabled pools' handshake logic
+        # (a path that cannot occur) is not in series with it.
+        for pool, following in ((maxpool, avgpool), (avgpool, gap)):
+            m.d.comb += [
+                following.i_stream.valid.eq(pool.o_stream.valid),
+                following.i_stream.payload.eq(pool.o_stream.payload),
+                pool.o_stream.ready.eq(Mux(pool.enable, upsample.i_stream.ready,
+                                           following.i_stream.ready)),
+            ]
         wiring.connect(m, gap.o_stream, upsample.i_stream)
         self._mask(m, upsample.o_stream)
         return m

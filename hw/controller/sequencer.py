@@ -328,8 +328,13 @@ class Sequencer(wiring.Component):
             with m.Else():
                 m.next = "TABLE_CMD"
             self._guard(m, r)
-        self._transfer(m, r, "TABLE", base + image.HEADER.size,
-                       r.section_count * image.SECTION.size, "TABLE_CHECK",
+        # The table's read, from registers: its operands are final a state (HEADER_CHECK)
+        # before TABLE_CMD, and the command's adder stays off the arbiter's path to the DMA.
+        table_addr = Signal.like(self.cmd.payload.address, name="table_addr")
+        table_len = Signal.like(self.cmd.payload.length, name="table_len")
+        m.d.sync += [table_addr.eq(base + image.HEADER.size),
+                     table_len.eq(r.section_count * image.SECTION.size)]
+        self._transfer(m, r, "TABLE", table_addr, table_len, "TABLE_CHECK",
                        on_cmd=restart, on_beat=parse_table)
         with m.State("TABLE_CHECK"):
             m.d.sync += fetch_addr.eq(base + r.instr_offset)
@@ -630,7 +635,11 @@ class Sequencer(wiring.Component):
                 with m.If(instr.windowed & (rel == at - k)):
                     m.d.sync += g[register].eq(self.beat.data[8 * k:8 * (k + dtype.itemsize)])
 
-        self._transfer(m, r, "PARAM", base + instr.params.offset, r.param_len, after_params,
+        # The parameter block's address, a register: the instruction is final several
+        # states (DECODE …) before PARAM_CMD.
+        param_addr = Signal.like(self.cmd.payload.address, name="param_addr")
+        m.d.sync += param_addr.eq(base + instr.params.offset)
+        self._transfer(m, r, "PARAM", param_addr, r.param_len, after_params,
                        on_cmd=param_cmd, on_beat=window_record, loading=self.loading_params)
         self._transfer(m, r, "WEIGHT", r.weight_src, r.weight_len, after_weights,
                        on_cmd=weight_cmd, loading=self.loading_weights)

@@ -416,9 +416,18 @@ class GroupController(wiring.Component):
                      result_fifo.w_en.eq(acc.o_stream.valid)]
         # The datapath stops taking steps while the result FIFO lacks room for every result
         # still in flight (array, partial-sum stage, requantiser): the array's output never
-        # overflows it.
-        in_flight = results_in_flight(self.config)
-        m.d.comb += dp.hold.eq(result_fifo.level + in_flight >= result_fifo_depth(self.config))
+        # overflows it. ``hold`` is a register holding the test on the FIFO's next level: it
+        # enables most of the row buffer's registers, so its fan-out starts at a flip-flop.
+        # The read (the post chain's ready, a long path) picks one of two comparisons made
+        # without it.
+        threshold = result_fifo_depth(self.config) - results_in_flight(self.config)
+        written = result_fifo.level + (result_fifo.w_en & result_fifo.w_rdy)
+        read = result_fifo.r_stream.valid & result_fifo.r_stream.ready
+        hold = Signal()
+        m.d.sync += hold.eq(Mux(read, written >= threshold + 1, written >= threshold))
+        with m.If(u.seq.flush):
+            m.d.sync += hold.eq(0)
+        m.d.comb += dp.hold.eq(hold)
         wiring.connect(m, result_fifo.r_stream, chain.i_stream)
         wiring.connect(m, u.shortcut.o_stream, chain.s_stream)
         wiring.connect(m, chain.o_stream, u.writer.i_stream)

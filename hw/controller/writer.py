@@ -105,9 +105,21 @@ class OutputWriter(wiring.Component):
         o_settle = Signal()
         m.d.sync += o_first_block.eq((self.out_block0 + self.ob_base) * self.out_plane)
         o_committed = Signal(range(self.words + 1))
+        # The next command's words and the buffer level it needs, registers set with the
+        # counts they derive from: the request is one comparison of registers, with no
+        # adder or minimum in front of the arbiter.
         o_chunk = Signal(range(chunk_words + 1))
-        m.d.comb += o_chunk.eq(Mux(o_left < chunk_words, o_left, chunk_words))
-        o_req = self.compute & ~o_done & ~o_settle & (fifo.level >= o_committed + o_chunk)
+        o_needed = Signal(range(self.words + chunk_words + 1))
+        o_req = self.compute & ~o_done & ~o_settle & (fifo.level >= o_needed)
+
+        chunk_next = Signal.like(o_chunk)
+        m.d.comb += chunk_next.eq(o_chunk)
+        m.d.sync += o_chunk.eq(chunk_next)
+
+        def set_left(words):
+            m.d.sync += o_left.eq(words)
+            m.d.comb += chunk_next.eq(Mux(words < chunk_words, words, chunk_words))
+
         out_local = instr.output.space != isa.MemSpace.DRAM
         cmd, local = self.cmd, self.local_cmd
         m.d.comb += [
@@ -123,25 +135,29 @@ class OutputWriter(wiring.Component):
         out_plane, out_row_bytes = self.out_plane, self.out_row_bytes
         with m.If(self.start):
             operand = Mux(out_local, 0, self.base) + instr.output.offset
-            m.d.sync += [o_oy.eq(0), o_ob.eq(0), o_left.eq(instr.out_w), o_done.eq(0),
+            m.d.sync += [o_oy.eq(0), o_ob.eq(0), o_done.eq(0),
                          o_addr.eq(operand), o_row_addr.eq(operand), o_seg_base.eq(operand),
                          o_settle.eq(1)]
+            set_left(instr.out_w)
         with m.Elif(o_settle):
             m.d.sync += [o_addr.eq(o_addr + o_first_block),
                          o_row_addr.eq(o_row_addr + o_first_block),
                          o_seg_base.eq(o_seg_base + o_first_block), o_settle.eq(0)]
         with m.Elif(grant):
             with m.If(o_left > o_chunk):
-                m.d.sync += [o_left.eq(o_left - o_chunk), o_addr.eq(o_addr + o_chunk * L)]
+                m.d.sync += o_addr.eq(o_addr + o_chunk * L)
+                set_left(o_left - o_chunk)
             with m.Elif(o_ob + 1 < self.ob_count):
-                m.d.sync += [o_ob.eq(o_ob + 1), o_left.eq(instr.out_w),
+                m.d.sync += [o_ob.eq(o_ob + 1),
                              o_addr.eq(o_seg_base + out_plane),
                              o_seg_base.eq(o_seg_base + out_plane)]
+                set_left(instr.out_w)
             with m.Else():
-                m.d.sync += [o_ob.eq(0), o_oy.eq(o_oy + 1), o_left.eq(instr.out_w),
+                m.d.sync += [o_ob.eq(0), o_oy.eq(o_oy + 1),
                              o_addr.eq(o_row_addr + out_row_bytes),
                              o_row_addr.eq(o_row_addr + out_row_bytes),
                              o_seg_base.eq(o_row_addr + out_row_bytes)]
+                set_left(instr.out_w)
                 with m.If(o_oy + 1 == instr.out_h):
                     m.d.sync += o_done.eq(1)
 
@@ -158,11 +174,11 @@ class OutputWriter(wiring.Component):
                 self.bus.valid.eq(fifo.r_rdy & (o_committed != 0)),
                 fifo.r_en.eq(word_sent),
             ]
-        with m.If(self.flush):
-            m.d.sync += o_committed.eq(0)
-        with m.Else():
-            m.d.sync += o_committed.eq(o_committed + Mux(grant, o_chunk, 0)
-                                       - Mux(word_sent | local_sent, 1, 0))
+        committed = Signal.like(o_committed)
+        with m.If(~self.flush):
+            m.d.comb += committed.eq(o_committed + Mux(grant, o_chunk, 0)
+                                     - Mux(word_sent | local_sent, 1, 0))
+        m.d.sync += [o_committed.eq(committed), o_needed.eq(committed + chunk_next)]
         m.d.comb += self.drained.eq(o_done & (o_committed == 0) & ~fifo.r_rdy)
         return m
 
