@@ -11,36 +11,16 @@ of latency.
 from __future__ import annotations
 
 from amaranth.hdl import Module, Signal
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
+
+from .stream_register import StreamRegister
 
 __all__ = ["SkidBuffer"]
 
 
-class SkidBuffer(wiring.Component):
-    """Parameters
-    ----------
-    shape : shape-castable
-        The beat's payload.
-
-    Signature
-    ---------
-    i_stream : In(stream.Signature(shape))
-        ``ready`` is a register: high while the skid slot is empty.
-    o_stream : Out(stream.Signature(shape))
-        ``i_stream``'s beats in order, from the cycle after each is taken; ``valid`` and
-        ``payload`` are registers.
-    """
-
-    #: Cycles from a beat taken to the beat at the output, when the output is not stalled.
-    LATENCY = 1
-
-    def __init__(self, shape):
-        self.shape = shape
-        super().__init__({
-            "i_stream": In(stream.Signature(shape)),
-            "o_stream": Out(stream.Signature(shape)),
-        })
+class SkidBuffer(StreamRegister):
+    """:class:`StreamRegister`'s ports and latency (one cycle when the output is not
+    stalled), with ``i_stream.ready`` a register: high while the skid slot is empty.
+    ``o_stream``'s ``valid`` and ``payload`` are registers."""
 
     def elaborate(self, platform):
         m = Module()
