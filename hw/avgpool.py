@@ -295,12 +295,12 @@ class QuantizeLane(wiring.Component):
     ``|q| ≥ 2^10`` saturates by sign, otherwise ``q + y_zp`` is exact with 25 fraction bits
     and is rounded to 24 significant bits, then to an integer.
 
-    Pipelined, free-running: ``q`` gives ``y`` :attr:`LATENCY` cycles later (stage 1: the
-    exact fixed-point sum; stage 2: its rounding to 24 significant bits; ``y`` is the
-    combinational integer rounding and clamp of stage 2).
+    Pipelined, free-running: ``q`` gives ``y`` :attr:`LATENCY` cycles later (stage 0: ``q``
+    shifted to fixed point; stage 1: the exact fixed-point sum; stage 2: its rounding to 24
+    significant bits; ``y`` is the combinational integer rounding and clamp of stage 2).
     ``y_zp`` and ``out_signed`` travel with ``q``."""
 
-    LATENCY = 2
+    LATENCY = 3
 
     def __init__(self):
         super().__init__({
@@ -323,17 +323,23 @@ class QuantizeLane(wiring.Component):
         shift = Signal(range(_SATURATION_EXPONENT + 2))
         m.d.comb += shift.eq(Mux(negligible | saturates, 0, scale + 2))
         fixed = Signal(_SIG + _SATURATION_EXPONENT + 1)          # |q|·2^25 < 2^35
-        m.d.comb += fixed.eq(Mux(negligible | saturates, 0, self.q_sig << shift))
-        zp = self.y_zp << _FRACTION_BITS
+        s0_saturates, s0_negative, s0_signed = Signal(), Signal(), Signal()
+        s0_zp = Signal(signed(9))
+        m.d.sync += [
+            fixed.eq(Mux(negligible | saturates, 0, self.q_sig << shift)),
+            s0_saturates.eq(saturates), s0_negative.eq(self.negative),
+            s0_signed.eq(self.out_signed), s0_zp.eq(self.y_zp),
+        ]
+        zp = s0_zp << _FRACTION_BITS
         minus_zp = Signal(signed(35))
         m.d.comb += minus_zp.eq(-zp)
-        magnitude, below = signed_sum_magnitude(m, self.negative, fixed, zp, minus_zp, 37)
+        magnitude, below = signed_sum_magnitude(m, s0_negative, fixed, zp, minus_zp, 37)
         total_magnitude = Signal(36)
         s1_below, s1_saturates, s1_negative, s1_signed = Signal(), Signal(), Signal(), Signal()
         m.d.sync += [
             total_magnitude.eq(magnitude), s1_below.eq(below),
-            s1_saturates.eq(saturates), s1_negative.eq(self.negative),
-            s1_signed.eq(self.out_signed),
+            s1_saturates.eq(s0_saturates), s1_negative.eq(s0_negative),
+            s1_signed.eq(s0_signed),
         ]
         # Stage 2: float32(q + y_zp), a magnitude and a sign.
         t = Signal(37)
@@ -430,8 +436,8 @@ class AvgPool(wiring.Component):
     ``blocks · out_w · max(2m + 6, ⌈25 / divider_bits⌉ + 2)`` cycles plus the input rows that
     could not be taken meanwhile (2×2 windows, stride 2, ``divider_bits = 2``: 15 cycles per
     output pixel, 17 with the input; 3×3 windows: 24). Latency from a window's last input
-    element to its output: ``2m + 6 + 2·(⌈25 / divider_bits⌉ + 2) + 2`` cycles at most (the
-    last two: the requantiser's stages, :attr:`QuantizeLane.LATENCY`).
+    element to its output: ``2m + 6 + 2·(⌈25 / divider_bits⌉ + 2) + 3`` cycles at most (the
+    last three: the requantiser's stages, :attr:`QuantizeLane.LATENCY`).
     """
 
     def __init__(self, lanes: int, max_width: int, max_height: int = MAX_HEIGHT,

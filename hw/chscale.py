@@ -75,21 +75,22 @@ class ChannelScaleLane(wiring.Component):
     Configuration inputs must be stable while the pipeline holds a valid input.
 
     Timing: fully pipelined, free-running, one input per cycle; ``y`` follows its inputs after
-    :attr:`LATENCY` (8) cycles. Stages:
+    :attr:`LATENCY` (9) cycles. Stages:
     0. ``a − a_zp`` and ``b − b_zp`` (``b`` comes from a block RAM's output or the shortcut
        queue's: the multiplier gets a cycle of its own);
     1. ``p = (a − a_zp)(b − b_zp)``;
     2. float32(p): magnitude normalised to its leading one (exact, |p| < 2^18);
     3. 18 × 24-bit significand product;
-    4. round it to 24 bits (the float32 product); classify (negligible / fixed point / saturate)
-       and shift the in-range ones to fixed point;
-    5. add ``y_zp`` in fixed point (exact);
-    6. round the sum to 24 significant bits (the float32 sum);
-    7. round to an integer, apply the sign, saturate.
+    4. round it to 24 bits (the float32 product);
+    5. classify (negligible / fixed point / saturate) and shift the in-range ones to fixed
+       point;
+    6. add ``y_zp`` in fixed point (exact);
+    7. round the sum to 24 significant bits (the float32 sum);
+    8. round to an integer, apply the sign, saturate.
     """
 
     #: Cycles from the inputs to ``y``.
-    LATENCY = 8
+    LATENCY = 9
 
     #: Round to nearest, ties to even, at a fixed bit position (shared with the requantiser;
     #: overridable, so a test can check that a broken rounding is caught).
@@ -158,16 +159,21 @@ class ChannelScaleLane(wiring.Component):
         s3_zero = stage(s2_zero, "s3_zero")
         s3_negative = stage(s2_negative, "s3_negative")
 
-        # -- stage 4: the float32 product, classified and in fixed point ----------------------
+        # -- stage 4: the float32 product, rounded to 24 bits -------------------------------
         high = s3_product[41]
         rounded = Mux(high, self.round_half_even(s3_product, 18),
                       self.round_half_even(s3_product[:41], 17))          # 25 bits
         carry = rounded[24]
-        significand = Mux(carry, rounded[1:], rounded[:24])
-        exponent = Signal(signed(11))                      # |float32(p)·m| ∈ [2^X, 2^X+1)
-        m.d.comb += exponent.eq(s3_exponent + high + carry)
+        s4_significand = stage(Mux(carry, rounded[1:], rounded[:24]), "s4_significand", 24)
+        # |float32(p)·m| ∈ [2^X, 2^X+1)
+        s4_exponent = stage(s3_exponent + high + carry, "s4_exponent", signed(11))
+        s4_zero = stage(s3_zero, "s4_zero")
+        s4_negative = stage(s3_negative, "s4_negative")
+
+        # -- stage 5: classified, and the in-range ones shifted to fixed point ---------------
+        significand, exponent = s4_significand, s4_exponent
         # |product| < ¼ (X ≤ −3): rint(float32(product + y_zp)) = y_zp, as for a zero product.
-        negligible = s3_zero | (exponent < -2)
+        negligible = s4_zero | (exponent < -2)
         saturates = ~negligible & (exponent >= _SATURATION_EXPONENT)
         # cvtps_epi32 gives INT32_MIN for t ≥ 2^31. Below 2^31 the largest float32 is
         # 2^31 − 128 (X = 30, all-ones significand): adding y_zp ≥ 64 rounds it up to 2^31.
@@ -177,39 +183,39 @@ class ChannelScaleLane(wiring.Component):
         m.d.comb += shift.eq(Mux(negligible | saturates, 0, exponent + 2))
         fixed = Signal(24 + _SATURATION_EXPONENT + 1)      # |product|·2^25 < 2^35
         m.d.comb += fixed.eq(Mux(negligible | saturates, 0, significand << shift))
-        s4_fixed = stage(fixed, "s4_fixed")
-        s4_negative = stage(s3_negative, "s4_negative")
+        s5_fixed = stage(fixed, "s5_fixed")
+        s5_negative = stage(s4_negative, "s5_negative")
         # Saturated and special results, decided here; the datapath then carries y_zp only.
-        s4_to_lo = stage(m_special | (saturates & (s3_negative | beyond_int32)), "s4_to_lo")
-        s4_to_hi = stage(~m_special & saturates & ~s3_negative & ~beyond_int32, "s4_to_hi")
+        s5_to_lo = stage(m_special | (saturates & (s4_negative | beyond_int32)), "s5_to_lo")
+        s5_to_hi = stage(~m_special & saturates & ~s4_negative & ~beyond_int32, "s5_to_hi")
 
-        # -- stage 5: ± fixed + y_zp, exactly, in fixed point, as sign and magnitude ----------
+        # -- stage 6: ± fixed + y_zp, exactly, in fixed point, as sign and magnitude ----------
         # y_zp·2^25 and its negation are registered configuration.
         zp = stage(self.y_zp << _FRACTION_BITS, "s0_zp", signed(35))
         minus_zp = stage(-(self.y_zp << _FRACTION_BITS), "s0_minus_zp", signed(35))
         # |sum| < (2^10 + 2^8)·2^25 < 2^36
-        magnitude, below = pipeline.signed_sum_magnitude(m, s4_negative, s4_fixed, zp, minus_zp,
+        magnitude, below = pipeline.signed_sum_magnitude(m, s5_negative, s5_fixed, zp, minus_zp,
                                                          37)
-        s5_magnitude = stage(magnitude, "s5_magnitude", 36)
-        s5_negative = stage(below, "s5_negative")
-        s5_to_lo = stage(s4_to_lo, "s5_to_lo")
-        s5_to_hi = stage(s4_to_hi, "s5_to_hi")
-
-        # -- stage 6: the float32 sum: round |sum| to 24 significant bits ---------------------
-        s6_rounded = stage(pipeline.round_significant(s5_magnitude, 36), "s6_rounded", 37)
-        s6_negative = stage(s5_negative, "s6_negative")
+        s6_magnitude = stage(magnitude, "s6_magnitude", 36)
+        s6_negative = stage(below, "s6_negative")
         s6_to_lo = stage(s5_to_lo, "s6_to_lo")
         s6_to_hi = stage(s5_to_hi, "s6_to_hi")
 
-        # -- stage 7: rint, sign, saturate ----------------------------------------------------
-        integer = self.round_half_even(s6_rounded, _FRACTION_BITS)        # < 2^11
+        # -- stage 7: the float32 sum: round |sum| to 24 significant bits ---------------------
+        s7_rounded = stage(pipeline.round_significant(s6_magnitude, 36), "s7_rounded", 37)
+        s7_negative = stage(s6_negative, "s7_negative")
+        s7_to_lo = stage(s6_to_lo, "s7_to_lo")
+        s7_to_hi = stage(s6_to_hi, "s7_to_hi")
+
+        # -- stage 8: rint, sign, saturate ----------------------------------------------------
+        integer = self.round_half_even(s7_rounded, _FRACTION_BITS)        # < 2^11
         value = Signal(signed(13))
-        m.d.comb += value.eq(Mux(s6_negative, -integer, integer))
+        m.d.comb += value.eq(Mux(s7_negative, -integer, integer))
         lo = Mux(self.out_signed, -128, 0)
         hi = Mux(self.out_signed, 127, 255)
-        with m.If(s6_to_lo):
+        with m.If(s7_to_lo):
             m.d.sync += self.y.eq(lo)
-        with m.Elif(s6_to_hi | (value > hi)):
+        with m.Elif(s7_to_hi | (value > hi)):
             m.d.sync += self.y.eq(hi)
         with m.Elif(value < lo):
             m.d.sync += self.y.eq(lo)
@@ -271,7 +277,7 @@ class ChannelScale(wiring.Component):
     Configuration may change only between groups: once every input beat has been accepted
     and every output beat delivered.
 
-    Timing: one beat per cycle; latency :attr:`LATENCY` (8) cycles. A stall on ``o_stream``
+    Timing: one beat per cycle; latency :attr:`LATENCY` (9) cycles. A stall on ``o_stream``
     holds the pipeline as a whole, so nothing inside is lost or duplicated
     (:class:`~.held_output.HeldOutput`: the lanes run on and their beats wait in a small
     queue; the handshakes are those of a clock-enable hold). The

@@ -41,6 +41,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .beat import code_beat, pass_through
+from .stream_register import StreamRegister
 
 __all__ = ["MaxPool", "MAX_HEIGHT"]
 
@@ -104,13 +105,14 @@ class MaxPool(wiring.Component):
     segment (padding, ceil mode): each one after the first costs a cycle without input (at most
     ``pad`` per segment), and likewise each output row after the first that ends at the last
     input row costs a pass of ``blocks · out_w`` cycles. Latency from the last pixel of a
-    window to its output: :attr:`LATENCY` (2) cycles, the reduced pixel's register (``h_valid``)
-    and the output register (``b_valid``). The stalls of ``o_stream`` propagate to ``i_stream``
-    through two beats of buffering (the reduced pixel and the output register). The same
-    holds for every ``blocks``: segment boundaries cost nothing.
+    window to its output: :attr:`LATENCY` (3) cycles, the reduced pixel's register (``h_valid``),
+    the vertical stage's register (``b_valid``) and the output register (a
+    :class:`~sfnpu.hw.stream_register.StreamRegister`). The stalls of ``o_stream`` propagate
+    to ``i_stream`` through three beats of buffering. The same holds for every ``blocks``:
+    segment boundaries cost nothing.
     """
 
-    LATENCY = 2
+    LATENCY = 3
 
     def __init__(self, lanes: int, max_width: int, max_height: int = MAX_HEIGHT,
                  max_blocks: int = 1, max_row_pixels: int | None = None):
@@ -148,16 +150,19 @@ class MaxPool(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         sign_flip = Mux(self.signed, 0x80, 0x00)
+        # The output register: the line stores' block-RAM outputs and the lane-wise
+        # maximum end there, not in the stages behind the pool.
+        m.submodules.output = output = StreamRegister(data.ArrayLayout(8, self.lanes))
+        self._out = output.i_stream
         h_valid, h_data, h_ready, i_ready = self._horizontal(m, sign_flip)
         b_valid, b_emit, v_maximum = self._vertical(m, h_valid, h_data, h_ready)
 
+        m.d.comb += output.i_stream.valid.eq(self.enable & b_valid & b_emit)
+        for lane in range(self.lanes):
+            m.d.comb += output.i_stream.payload[lane].eq(v_maximum[lane] ^ sign_flip)
         with m.If(self.enable):
-            m.d.comb += [
-                self.i_stream.ready.eq(i_ready),
-                self.o_stream.valid.eq(b_valid & b_emit),
-            ]
-            for lane in range(self.lanes):
-                m.d.comb += self.o_stream.payload[lane].eq(v_maximum[lane] ^ sign_flip)
+            m.d.comb += [self.i_stream.ready.eq(i_ready),
+                         *pass_through(output.o_stream, self.o_stream)]
         with m.Else():
             m.d.comb += pass_through(self.i_stream, self.o_stream)
         return m
@@ -263,7 +268,7 @@ class MaxPool(wiring.Component):
         b_column = Signal.like(column)
         b_arriving = Signal(beat_layout)
         b_include = [Signal(name=f"b_include_{d}") for d in range(_MAX_KERNEL)]
-        b_done = b_valid & (~b_emit | self.o_stream.ready)
+        b_done = b_valid & (~b_emit | self._out.ready)
         b_free = ~b_valid | b_done
         available = Mux(row_takes_input, h_valid, 1)     # a row past the input: no data needed
         take = Signal()

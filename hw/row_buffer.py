@@ -328,7 +328,7 @@ class RowBuffer(wiring.Component):
             m.d.sync += fill_valid.eq(0)
 
         emit, step, last_step = self._hold(m, start, fill, hold, hold_valid, hold_free, transfer)
-        self._taps(m, start, transfer, emit, step, last_step, hold, hold_valid)
+        self._taps(m, start, transfer, emit, step, last_step, fill, hold, hold_valid)
 
         # -- busy ---------------------------------------------------------------------------------
         with m.If(start):
@@ -456,12 +456,27 @@ class RowBuffer(wiring.Component):
                          offsets[2].eq(second_offset), reader.place2.eq(second_place)]
 
     def _reader_sequence(self, m, reader, start, issue, reading, last_part, last_column, slide):
-        """The reader's walk over column parts, windows, passes and output rows."""
+        """The reader's walk over column parts, windows, passes and output rows. Whether each
+        of the window, block, pass and row counters has another value to go (``counter + 1 <
+        limit``) is a register set with the counter: the walk's nested end tests are then
+        flags, not a chain of comparisons in front of the ring's registers."""
         prm, r = self.params, reader
+        counters = {"ox": prm.out_w, "cb": prm.blocks, "rep": prm.repeats, "oy": prm.out_h}
+        more = {name: Signal(name=f"reader_{name}_more") for name in counters}
+
+        def restart(*names):
+            for name in names:
+                m.d.sync += [getattr(r, name).eq(0), more[name].eq(1 < counters[name])]
+
+        def step(name):
+            value = getattr(r, name)
+            m.d.sync += [value.eq(value + 1), more[name].eq(value + 2 < counters[name])]
+
         with m.If(start):
             self._reader_start(m, reader)
+            restart("oy", "rep", "cb", "ox")
             m.d.sync += [
-                reading.eq(1), r.oy.eq(0), r.rep.eq(0), r.cb.eq(0), r.ox.eq(0), r.cb_offset.eq(0),
+                reading.eq(1), r.cb_offset.eq(0),
                 r.y0.eq(-prm.pad_top), r.window_x.eq(-prm.pad_left),
                 r.column.eq(-prm.pad_left), r.fetched.eq(0), r.part.eq(0),
                 r.first_window.eq(1),
@@ -473,24 +488,28 @@ class RowBuffer(wiring.Component):
                 m.d.sync += [r.part.eq(0), r.fetched.eq(r.fetched + 1), r.column.eq(r.column + 1)]
             with m.Else():
                 m.d.sync += [r.part.eq(0), r.fetched.eq(0)]
-                with m.If(r.ox + 1 < prm.out_w):
+                with m.If(more["ox"]):
                     # Next window: only the columns that slide in.
-                    m.d.sync += [r.ox.eq(r.ox + 1), r.window_x.eq(r.window_x + prm.sw),
+                    step("ox")
+                    m.d.sync += [r.window_x.eq(r.window_x + prm.sw),
                                  r.column.eq(r.window_x + prm.sw + prm.kw - slide),
                                  r.first_window.eq(0)]
                 with m.Else():
-                    m.d.sync += [r.ox.eq(0), r.window_x.eq(-prm.pad_left),
+                    restart("ox")
+                    m.d.sync += [r.window_x.eq(-prm.pad_left),
                                  r.column.eq(-prm.pad_left), r.first_window.eq(1)]
-                    with m.If(r.cb + 1 < prm.blocks):
-                        m.d.sync += [r.cb.eq(r.cb + 1), r.cb_offset.eq(r.cb_offset + prm.in_w)]
+                    with m.If(more["cb"]):
+                        step("cb")
+                        m.d.sync += r.cb_offset.eq(r.cb_offset + prm.in_w)
                     with m.Else():
-                        m.d.sync += [r.cb.eq(0), r.cb_offset.eq(0)]
-                        with m.If(r.rep + 1 < prm.repeats):
-                            m.d.sync += r.rep.eq(r.rep + 1)
+                        restart("cb")
+                        m.d.sync += r.cb_offset.eq(0)
+                        with m.If(more["rep"]):
+                            step("rep")
                         with m.Else():
-                            m.d.sync += r.rep.eq(0)
-                            with m.If(r.oy + 1 < prm.out_h):
-                                m.d.sync += r.oy.eq(r.oy + 1)
+                            restart("rep")
+                            with m.If(more["oy"]):
+                                step("oy")
                                 self._advance_rows(m, reader)
                             with m.Else():
                                 m.d.sync += reading.eq(0)
@@ -561,8 +580,12 @@ class RowBuffer(wiring.Component):
                 m.d.sync += step.eq(step + 1)
         return emit, step, last_step
 
-    def _taps(self, m, start, transfer, emit, step, last_step, hold, hold_valid):
-        """Step emission: each slot's tap (ky, kx), read from the hold register or padding."""
+    def _taps(self, m, start, transfer, emit, step, last_step, fill, hold, hold_valid):
+        """Step emission: each slot's tap (ky, kx), read from the hold register or padding.
+        Each slot's place in the hold register (and whether its tap is in the kernel) is a
+        register set with (ky, kx) from their next values and the hold register's next
+        ``b0``: the bank arithmetic stays off the path through the hold register's
+        multiplexer tree into the window register."""
         prm, banks, lanes, taps = self.params, ROW_BUFFER_ROWS, self.lanes, self.taps
         cols = MAX_KERNEL
         word_shape = unsigned(8 * lanes)
@@ -587,26 +610,32 @@ class RowBuffer(wiring.Component):
                          for r in range(1 << row_bits) for c in range(1 << col_bits)))
 
         hold_words, hold_pads = grid(hold.words, word_shape.width), grid(hold.pads, 1)
+        b0_next = Mux(transfer, fill.b0, hold.b0)
         for s in range(taps):
             ky = Signal(range(max_ky), name=f"slot_{s}_ky")
             kx = Signal(range(MAX_KERNEL), name=f"slot_{s}_kx")
+            ky_next, kx_next = Signal.like(ky), Signal.like(kx)
+            m.d.comb += [ky_next.eq(ky), kx_next.eq(kx)]
             with m.If(transfer | start):
                 with m.Switch(prm.kw):
                     for kw in range(1, MAX_KERNEL + 1):
                         with m.Case(kw):
-                            m.d.sync += [ky.eq(s // kw), kx.eq(s % kw)]
+                            m.d.comb += [ky_next.eq(s // kw), kx_next.eq(s % kw)]
             with m.Elif(emit):
                 wrap = kx + step_cols >= prm.kw
-                m.d.sync += [
-                    kx.eq(Mux(wrap, kx + step_cols - prm.kw, kx + step_cols)),
-                    ky.eq(ky + step_rows + wrap),
+                m.d.comb += [
+                    kx_next.eq(Mux(wrap, kx + step_cols - prm.kw, kx + step_cols)),
+                    ky_next.eq(ky + step_rows + wrap),
                 ]
+            m.d.sync += [ky.eq(ky_next), kx.eq(kx_next)]
             # Window-register row of kernel row ky: its bank, rotated by b0; or an extra row.
-            rotated = hold.b0 + ky
-            row = Mux(ky < banks, Mux(rotated >= banks, rotated - banks, rotated), ky)
-            col = cols - prm.kw + kx
-            index = Cat(col[:col_bits], row[:row_bits])
-            valid = (ky < prm.kh) & (prm.depthwise | (s == 0))
+            rotated = b0_next + ky_next
+            row = Mux(ky_next < banks, Mux(rotated >= banks, rotated - banks, rotated), ky_next)
+            col = cols - prm.kw + kx_next
+            index = Signal(col_bits + row_bits, name=f"slot_{s}_index")
+            valid = Signal(name=f"slot_{s}_valid")
+            m.d.sync += [index.eq(Cat(col[:col_bits], row[:row_bits])),
+                         valid.eq((ky_next < prm.kh) & (prm.depthwise | (s == 0)))]
             with m.If(emit):
                 m.d.sync += out.payload.taps[s].as_value().eq(
                     Mux(valid & ~hold_pads.bit_select(index, 1),

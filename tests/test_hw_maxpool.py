@@ -223,4 +223,4 @@ def test_interleaved_one_beat_per_cycle_without_stalls():
     dut = MaxPool(8, max_width=16, max_blocks=3)
     x = random_map(rng, 24, 8, 16, False)
     _, run = run_interleaved(dut, x, 2, 2, 0, (4, 8), 8, rng, False, stall=0)
-    assert run.cycles <= 3 * 8 * 16 + 2 + 1
+    assert run.cycles <= 3 * 8 * 16 + MaxPool.LATENCY + 1
