@@ -280,8 +280,14 @@ class ShortcutReader(wiring.Component):
         sc_first = (Mux(sc_local, 0, self.base) + instr.shortcut.offset
                     + self.ob_base * sc_plane)
         sc_words = Mux(reads_map, conv_w, ob_count)
+        # The FIFO's room test against a register (the row's words are the group's, final
+        # before start): one adder fewer in front of the arbiter.
+        sc_limit = Signal(range(self.words + 1))
+        m.d.sync += sc_limit.eq(Mux(conv_w > self.words, 0, self.words - conv_w))
+        sc_fits = Signal()
+        m.d.sync += sc_fits.eq(conv_w <= self.words)
         sc_req = self.compute & ~sc_done & (~reads_map | (
-            fifo.level + sc_outstanding + conv_w <= self.words))
+            sc_fits & (fifo.level + sc_outstanding <= sc_limit)))
         grant = _command(m, self, sc_req, sc_local, sc_addr, sc_words, L)
         with m.If(self.start):
             m.d.sync += [sc_oy.eq(0), sc_ob.eq(0), sc_done.eq(instr.eltwise == Eltwise.NONE),
