@@ -95,6 +95,9 @@ class DmaEngine(wiring.Component):
         The engine is in the failed state.
     error_code : Out(ErrorCode)
     error_addr : Out(addr_width)
+    takes_read, takes_write : Out(1)
+        ``cmd.ready`` for a command of that direction: a requester that knows its direction
+        takes its ready from these, without the command's multiplexer in front.
     read_busy, write_busy : Out(1)
         A command of that direction has bursts left or outstanding (``write_busy`` falls after
         the last write response: the data is in DRAM).
@@ -145,6 +148,8 @@ class DmaEngine(wiring.Component):
             "error": Out(1),
             "error_code": Out(ErrorCode),
             "error_addr": Out(addr_width),
+            "takes_read": Out(1),
+            "takes_write": Out(1),
             "read_busy": Out(1),
             "write_busy": Out(1),
             "idle": Out(1),
@@ -196,14 +201,15 @@ class DmaEngine(wiring.Component):
             with m.If(condition & ~failed):
                 m.d.sync += [failed.eq(1), self.error_code.eq(code),
                              self.error_addr.eq(address)]
+        drop = [rd.left.eq(0), wr.left.eq(0), rd.left_zero.eq(1), wr.left_zero.eq(1)]
         with m.If(failed):                            # drop the bursts not yet issued
-            m.d.sync += [rd.left.eq(0), wr.left.eq(0)]
+            m.d.sync += drop
         for condition, _, _ in raise_error:
             with m.If(condition):
-                m.d.sync += [rd.left.eq(0), wr.left.eq(0)]
+                m.d.sync += drop
 
-        read_busy = (rd.left != 0) | (rd.outstanding != 0) | pending.read | decoded.read
-        write_busy = (wr.left != 0) | (wr.outstanding != 0) | pending.write | decoded.write
+        read_busy = ~rd.left_zero | (rd.outstanding != 0) | pending.read | decoded.read
+        write_busy = ~wr.left_zero | (wr.outstanding != 0) | pending.write | decoded.write
         m.d.comb += [
             self.read_busy.eq(read_busy),
             self.write_busy.eq(write_busy),
@@ -254,12 +260,14 @@ class DmaEngine(wiring.Component):
         count_bits = self.length_bits + 1            # words of one command, with margin
         next_word = Signal(word_bits)
         words_left = Signal(count_bits)
+        # words_left == 0, a register set beside it: the command port's ready tests it.
+        left_zero = Signal(init=1)
         outstanding = Signal(range(outstanding_limit + 1))
         burst = Signal(range(max(self.max_burst, page_words) + 1))
         m.d.comb += burst.eq(self._burst_words(m, next_word, words_left))
         can_load = ~channel.valid | channel.ready
         issue = Signal()
-        m.d.comb += issue.eq(can_load & (words_left != 0) & ~failed
+        m.d.comb += issue.eq(can_load & ~left_zero & ~failed
                              & (outstanding < outstanding_limit))
         with m.If(can_load):
             m.d.sync += channel.valid.eq(issue)
@@ -271,12 +279,13 @@ class DmaEngine(wiring.Component):
                 channel.payload.burst.eq(Burst.INCR),
                 next_word.eq(next_word + burst),
                 words_left.eq(words_left - burst),
+                left_zero.eq(words_left == burst),
             ]
         with m.If(issue & ~completed):
             m.d.sync += outstanding.eq(outstanding + 1)
         with m.Elif(completed & ~issue):
             m.d.sync += outstanding.eq(outstanding - 1)
-        return next_word, words_left, outstanding, burst, issue
+        return next_word, words_left, left_zero, outstanding, burst, issue
 
     def _read_channel(self, m, failed, raise_error):
         """Read channel: AR bursts, and R beats to ``read_data`` with the command's last."""
@@ -287,7 +296,7 @@ class DmaEngine(wiring.Component):
                                                       depth=self.read_outstanding)
         r_fire = bus.r.valid & bus.r.ready
         r_done = r_fire & bus.r.payload.last
-        rd_word, rd_left, rd_outstanding, rd_burst, rd_issue = self._burst_issuer(
+        rd_word, rd_left, rd_left_zero, rd_outstanding, rd_burst, rd_issue = self._burst_issuer(
             m, bus.ar, self.read_outstanding, r_done, failed)
         pushed = data.View(read_info, read_fifo.w_data)
         m.d.comb += [
@@ -306,7 +315,8 @@ class DmaEngine(wiring.Component):
             self.read_bytes.eq(Mux(r_fire, B, 0)),
         ]
         raise_error.append((r_fire & ~r_ok, ErrorCode.AXI_READ_ERROR, burst_info.addr))
-        return SimpleNamespace(word=rd_word, left=rd_left, outstanding=rd_outstanding,
+        return SimpleNamespace(word=rd_word, left=rd_left, left_zero=rd_left_zero,
+                               outstanding=rd_outstanding,
                                fire=r_fire)
 
     def _write_channel(self, m, failed, raise_error):
@@ -320,7 +330,7 @@ class DmaEngine(wiring.Component):
         m.submodules.write_addrs = b_fifo = SyncFIFO(width=self.addr_width,
                                                      depth=self.write_outstanding)
         b_fire = bus.b.valid & bus.b.ready
-        wr_word, wr_left, wr_outstanding, wr_burst, wr_issue = self._burst_issuer(
+        wr_word, wr_left, wr_left_zero, wr_outstanding, wr_burst, wr_issue = self._burst_issuer(
             m, bus.aw, self.write_outstanding, b_fire, failed)
         head = Signal(size_log2 or 1)                 # first byte lane of the command
         tail = Signal(size_log2 or 1)                 # lanes in its last word (0: all)
@@ -360,7 +370,8 @@ class DmaEngine(wiring.Component):
                 m.d.comb += w_fifo.r_en.eq(1)
         raise_error.append((b_fire & (bus.b.payload.resp != Resp.OKAY),
                             ErrorCode.AXI_WRITE_ERROR, b_fifo.r_data))
-        return SimpleNamespace(word=wr_word, left=wr_left, outstanding=wr_outstanding,
+        return SimpleNamespace(word=wr_word, left=wr_left, left_zero=wr_left_zero,
+                               outstanding=wr_outstanding,
                                head=head, tail=tail, first_burst=first_burst, fire=w_fire,
                                b_fire=b_fire, beats_ready=w_fifo.r_rdy)
 
@@ -387,9 +398,11 @@ class DmaEngine(wiring.Component):
         engine takes it."""
         size_log2 = self.bus_bytes.bit_length() - 1
         incoming_write = self.cmd.payload.direction == Direction.WRITE
-        engine_free = Mux(incoming_write, (wr.left == 0) & ~pending.write & ~decoded.write,
-                          (rd.left == 0) & ~pending.read & ~decoded.read)
-        m.d.comb += self.cmd.ready.eq(engine_free | failed)
+        m.d.comb += [
+            self.takes_read.eq(rd.left_zero & ~pending.read & ~decoded.read | failed),
+            self.takes_write.eq(wr.left_zero & ~pending.write & ~decoded.write | failed),
+            self.cmd.ready.eq(Mux(incoming_write, self.takes_write, self.takes_read)),
+        ]
         m.d.sync += [pending.valid.eq(self.cmd.valid & self.cmd.ready & ~failed),
                      pending.payload.eq(self.cmd.payload),
                      decoded.valid.eq(pending.valid & ~failed),
@@ -404,12 +417,14 @@ class DmaEngine(wiring.Component):
                 m.d.sync += [
                     wr.word.eq(first_word),
                     wr.left.eq(end_word - first_word),
+                    wr.left_zero.eq(end_word == first_word),
                     wr.head.eq(cmd.address[:size_log2] if size_log2 else 0),
                     wr.tail.eq(decoded.end[:size_log2] if size_log2 else 0),
                     wr.first_burst.eq(1),
                 ]
             with m.Else():
-                m.d.sync += [rd.word.eq(first_word), rd.left.eq(end_word - first_word)]
+                m.d.sync += [rd.word.eq(first_word), rd.left.eq(end_word - first_word),
+                             rd.left_zero.eq(end_word == first_word)]
         raise_error.insert(0, (accept & ~decoded.in_window, ErrorCode.DMA_WINDOW, cmd.address))
 
     def _watchdog(self, m, raise_error, rd, wr):

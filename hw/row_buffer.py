@@ -215,6 +215,11 @@ class _ReaderPosition:
         self.cb = Signal(len(params.blocks))
         self.ox = Signal(range(1 << len(params.out_w)))
         self.y0 = Signal(_COORD)
+        # Set with y0: the rows its windows need (min(y0 + kh, in_h)), and the first row the
+        # writer may not store yet (max(y0, 0) + capacity): the read and write handshakes
+        # compare with registers.
+        self.y_end = Signal(_COORD)
+        self.room_end = Signal(signed(_COORD.width + 8))
         self.b0 = Signal(range(ROW_BUFFER_ROWS))
         self.offsets = [Signal(range(max_words), name=f"place_offset_{k}") for k in range(3)]
         self.place2 = Signal(range(max_words + 1))       # index of the place at offsets[2]
@@ -287,13 +292,12 @@ class RowBuffer(wiring.Component):
         reading = Signal()          # the reader still has column reads to issue
         start = self.start & ~self.busy
 
-        rows_written, free_from, writing = self._writer(m, write_ports, start, reading, capacity)
+        rows_written, room_end, writing = self._writer(m, write_ports, start, reading)
 
         # -- reader, stage 0: column addresses ----------------------------------------------------
         reader = _ReaderPosition(self.max_words, prm)
-        y_end = Signal(_COORD)
-        m.d.comb += y_end.eq(Mux(reader.y0 + prm.kh < prm.in_h, reader.y0 + prm.kh, prm.in_h))
-        rows_ready = rows_written >= y_end
+        reader.capacity = capacity
+        rows_ready = rows_written >= reader.y_end
         columns = Mux(reader.first_window, prm.kw, slide)
         last_part = reader.part + 1 >= parts
         last_column = last_part & (reader.fetched + 1 == columns)
@@ -304,7 +308,7 @@ class RowBuffer(wiring.Component):
         m.d.comb += issue.eq(reading & rows_ready & r1_load)
         pads = self._column_reads(m, read_ports, reader, r1_load)
         self._reader_sequence(m, reader, start, issue, reading, last_part, last_column, slide)
-        m.d.comb += free_from.eq(Mux(reader.y0 < 0, 0, reader.y0))
+        m.d.comb += room_end.eq(reader.room_end)
 
         r1_part, r1_last, r1_b0, r1_pads, r1_consume = self._read_stage(
             m, start, issue, r1_valid, r1_load, reader, last_column, pads)
@@ -367,7 +371,7 @@ class RowBuffer(wiring.Component):
             write_ports.append(memory.write_port())
         return read_ports, write_ports
 
-    def _writer(self, m, write_ports, start, reading, capacity):
+    def _writer(self, m, write_ports, start, reading):
         """The writer: stores input words row by row into the ring while there is room."""
         prm, banks = self.params, ROW_BUFFER_ROWS
         rows_written = Signal(range(1 << len(prm.in_h)))
@@ -375,10 +379,10 @@ class RowBuffer(wiring.Component):
         w_bank = Signal(range(banks))
         w_place = Signal(range(self.max_words + 1))
         w_offset = Signal(range(self.max_words))
-        free_from = Signal(_COORD)    # rows below the reader's current first row are free
+        room_end = Signal(signed(_COORD.width + 8))   # rows from here wait for the reader
         writing = Signal()
         m.d.comb += writing.eq(self.busy & (rows_written < prm.in_h))
-        room = (rows_written < free_from + capacity) | ~reading
+        room = (rows_written < room_end) | ~reading
         m.d.comb += self.i_stream.ready.eq(writing & room)
         for b, port in enumerate(write_ports):
             m.d.comb += [
@@ -399,7 +403,7 @@ class RowBuffer(wiring.Component):
                     m.d.sync += w_bank.eq(w_bank + 1)
             with m.Else():
                 m.d.sync += word.eq(word + 1)
-        return rows_written, free_from, writing
+        return rows_written, room_end, writing
 
     def _column_reads(self, m, read_ports, reader, r1_load):
         """Bank read addresses of the column part being fetched, and its padding flags."""
@@ -430,7 +434,7 @@ class RowBuffer(wiring.Component):
         """Move the ring position from row y0 to row y0 + sh (sh ≤ 2 < banks)."""
         prm, banks, offsets = self.params, ROW_BUFFER_ROWS, reader.offsets
         bank = reader.b0 + prm.sh
-        m.d.sync += reader.y0.eq(reader.y0 + prm.sh)
+        self._set_y0(m, reader, reader.y0 + prm.sh)
         with m.If(bank >= banks):
             place, offset = self._next_place(reader.place2, offsets[2])
             m.d.sync += [reader.b0.eq(bank - banks), offsets[0].eq(offsets[1]),
@@ -438,6 +442,17 @@ class RowBuffer(wiring.Component):
                          reader.place2.eq(place)]
         with m.Else():
             m.d.sync += reader.b0.eq(bank)
+
+    def _set_y0(self, m, reader, y0):
+        """Move the reader to input row ``y0``, with the registers derived from it."""
+        prm = self.params
+        y0_value = Signal(_COORD)
+        m.d.comb += y0_value.eq(y0)
+        m.d.sync += [
+            reader.y0.eq(y0_value),
+            reader.y_end.eq(Mux(y0_value + prm.kh < prm.in_h, y0_value + prm.kh, prm.in_h)),
+            reader.room_end.eq(Mux(y0_value < 0, 0, y0_value) + reader.capacity),
+        ]
 
     def _reader_start(self, m, reader):
         """Reader position at ``start``: the first window of row −pad_top."""
@@ -474,10 +489,11 @@ class RowBuffer(wiring.Component):
 
         with m.If(start):
             self._reader_start(m, reader)
+            self._set_y0(m, reader, -prm.pad_top)
             restart("oy", "rep", "cb", "ox")
             m.d.sync += [
                 reading.eq(1), r.cb_offset.eq(0),
-                r.y0.eq(-prm.pad_top), r.window_x.eq(-prm.pad_left),
+                r.window_x.eq(-prm.pad_left),
                 r.column.eq(-prm.pad_left), r.fetched.eq(0), r.part.eq(0),
                 r.first_window.eq(1),
             ]

@@ -1,7 +1,8 @@
 # amaranth: UnusedElaboratable=no
 """The group controller's command arbiter (hw/controller/arbiter.py), in Amaranth's simulator:
 in the compute phase the highest-priority valid requester reaches the DMA command port and
-alone sees its ``ready``; outside it only the sequencer's ``control`` stream does."""
+alone sees its ``ready`` (the DMA's for its own command's direction); outside it only the
+sequencer's ``control`` stream does."""
 
 import itertools
 
@@ -23,9 +24,10 @@ def test_priorities_in_and_out_of_the_compute_phase():
             ctx.set(port.payload.length, names.index(name) + 1)
             ctx.set(port.payload.direction,
                     Direction.WRITE if name == "write" else Direction.READ)
-        for compute, ready in itertools.product((0, 1), (0, 1)):
+        for compute, takes_read, takes_write in itertools.product((0, 1), repeat=3):
             ctx.set(dut.compute, compute)
-            ctx.set(dut.cmd.ready, ready)
+            ctx.set(dut.takes_read, takes_read)
+            ctx.set(dut.takes_write, takes_write)
             for valid in itertools.product((0, 1), repeat=len(names)):
                 for name, v in zip(names, valid):
                     ctx.set(getattr(dut, name).valid, v)
@@ -40,6 +42,7 @@ def test_priorities_in_and_out_of_the_compute_phase():
                 for name in names:
                     # control sees the DMA's ready whenever it owns the port
                     owner = name == winner or (name == "control" and not compute)
+                    ready = takes_write if name == "write" else takes_read
                     expect = ready if owner else 0
                     assert ctx.get(getattr(dut, name).ready) == expect, (compute, valid, name)
 
@@ -54,7 +57,8 @@ def test_priority_order_is_data():
 
     async def bench(ctx):
         ctx.set(dut.compute, 1)
-        ctx.set(dut.cmd.ready, 1)
+        ctx.set(dut.takes_read, 1)
+        ctx.set(dut.takes_write, 1)
         ctx.set(dut.prefetch.payload.address, 7)
         ctx.set(dut.write.payload.address, 9)
         ctx.set(dut.prefetch.valid, 1)

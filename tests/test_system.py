@@ -154,6 +154,16 @@ def chunked_net():
     return net, [net.conv(x, 128, 8, 1, pads=[0, 0, 0, 0])]
 
 
+def chunked_residual_net():
+    """A 3×3 convolution with 128 → 128 channels plus a shortcut (QLinearAdd): in frame reuse
+    its weights come in chunks of output blocks, and each chunk's shortcut words start at
+    its first block (the sequencer's chunk offset, ob_base · sc_plane)."""
+    net = Net((16, 4, 5), seed=21, name="chunkres")
+    x = net.op("Relu", [net.conv("x", 16, 128, 1, pads=[0, 0, 0, 0])])
+    y = net.op("Relu", [net.op("Add", [net.conv(x, 128, 128, 3), x])])
+    return net, [net.conv(y, 128, 8, 1, pads=[0, 0, 0, 0])]
+
+
 def residual_net():
     """ResNet basic block: the second convolution's output plus the shortcut (QLinearAdd), then
     ReLU; a pre-activation BN → ReLU behind the add becomes the next convolution's input
@@ -356,10 +366,10 @@ def pre_activations(model):
 #: exactly these programs (:func:`regression_programs`).
 REGRESSION = (conv_stack, table_net, concat_net, preact_net, wide_net, residual_net, se_net,
               pool_up_net, avg_pool_net, coverage_net, dense_block, shared_head_net, stem_net,
-              chunked_net, taps_net, row_taps_net, head_stream_net, add_stream_net,
-              max_pool_s1_net, sppf_net, gate_net)
+              chunked_net, chunked_residual_net, taps_net, row_taps_net, head_stream_net,
+              add_stream_net, max_pool_s1_net, sppf_net, gate_net)
 FRAME_REGRESSION = (residual_net, se_net, conv_stack, wide_net, shared_head_net, stem_net,
-                    chunked_net, max_pool_s1_net, sppf_net, gate_net)
+                    chunked_net, chunked_residual_net, max_pool_s1_net, sppf_net, gate_net)
 
 
 def clamped(program):
@@ -454,6 +464,7 @@ def run_and_compare(harness, blob):
     (shared_head_net, {ConvKind.NORMAL}),
     (stem_net, {ConvKind.NORMAL}),
     (chunked_net, {ConvKind.NORMAL}),
+    (chunked_residual_net, {ConvKind.NORMAL}),
     (taps_net, {ConvKind.NORMAL}),
     (row_taps_net, {ConvKind.NORMAL}),
     (wide_depthwise_net, {ConvKind.NORMAL, ConvKind.DEPTHWISE}),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Mux
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
+
+from ..dma import Direction
 
 __all__ = ["CommandArbiter", "PRIORITY"]
 
@@ -36,6 +38,10 @@ class CommandArbiter(wiring.Component):
         The sequencer's commands (outside the compute phase).
     compute : In(1)
         The compute phase: requesters, not ``control``, reach ``cmd``.
+    takes_read, takes_write : In(1)
+        ``cmd.ready`` for a command of each direction (the DMA's): a requester's ready
+        follows its own command's direction, not the selected one's, so the selection is
+        not in front of the grants (``cmd.ready`` is the same value).
     cmd : Out(stream.Signature(cmd_layout))
         To the DMA engine.
     """
@@ -47,6 +53,8 @@ class CommandArbiter(wiring.Component):
             "control": In(stream.Signature(cmd_layout)),
             "compute": In(1),
             "cmd": Out(stream.Signature(cmd_layout)),
+            "takes_read": In(1),
+            "takes_write": In(1),
         })
         super().__init__(members)
 
@@ -58,8 +66,12 @@ class CommandArbiter(wiring.Component):
                 request = getattr(self, name)
                 with (m.If if k == 0 else m.Elif)(request.valid):
                     m.d.comb += [cmd.valid.eq(1), cmd.payload.eq(request.payload),
-                                 request.ready.eq(cmd.ready)]
+                                 request.ready.eq(self._takes(request))]
         with m.Else():
             m.d.comb += [cmd.valid.eq(self.control.valid), cmd.payload.eq(self.control.payload),
-                         self.control.ready.eq(cmd.ready)]
+                         self.control.ready.eq(self._takes(self.control))]
         return m
+
+    def _takes(self, request):
+        return Mux(request.payload.direction == Direction.WRITE, self.takes_write,
+                   self.takes_read)

@@ -237,7 +237,9 @@ class ShortcutReader(wiring.Component):
     ---------
     flush, start, compute : In(1)
     instr : In(InstructionLayout), base : In(addr_width)
-    ob_base, ob_count : In(16)
+    sc_chunk : In(32)
+        The chunk's first output block's byte offset in the shortcut operand.
+    ob_count : In(16)
         The chunk's output blocks.
     conv_h, conv_w : In(12)
         Convolution output shape.
@@ -255,7 +257,7 @@ class ShortcutReader(wiring.Component):
         self.words = words
         members = _reader_members(lanes, addr_width, buffer_words, cmd_layout)
         members.update({
-            "ob_base": In(16), "ob_count": In(16), "conv_h": In(12), "conv_w": In(12),
+            "sc_chunk": In(32), "ob_count": In(16), "conv_h": In(12), "conv_w": In(12),
             "sc_plane": In(32), "sc_row_bytes": In(32),
             "o_stream": Out(stream.Signature(8 * lanes)),
         })
@@ -277,8 +279,7 @@ class ShortcutReader(wiring.Component):
         sc_plane = self.sc_plane
         reads_map = eltwise_reads_map(instr.eltwise)
         sc_local = instr.shortcut.space != MemSpace.DRAM
-        sc_first = (Mux(sc_local, 0, self.base) + instr.shortcut.offset
-                    + self.ob_base * sc_plane)
+        sc_first = Mux(sc_local, 0, self.base) + instr.shortcut.offset + self.sc_chunk
         sc_words = Mux(reads_map, conv_w, ob_count)
         # The FIFO's room test against a register (the row's words are the group's, final
         # before start): one adder fewer in front of the arbiter.

@@ -73,6 +73,10 @@ def group_layout(sizes: StoreSizes) -> data.StructLayout:
         "out_block0": 16,       # the destination's first channel block
         "ob_base": 16,          # output-channel blocks of the current weight chunk
         "ob_count": 16,
+        # The chunk's first block's byte offset in the shortcut operand (ob_base · sc_plane),
+        # set with ob_base from a product formed beforehand: no multiplier behind the start
+        # of a compute phase, where the shortcut reader takes its first address.
+        "sc_chunk": 32,
         "chunk_obs": 16,        # blocks whose weights fit the store together
     })
 
@@ -525,6 +529,7 @@ class Sequencer(wiring.Component):
                          & (instr.input.space == MemSpace.DRAM))
                 m.d.sync += [g.streaming.eq(too_big & ~frame), g.staged.eq(stage),
                              g.ob_base.eq(0), g.ob_count.eq(g.out_blocks),
+                             g.sc_chunk.eq(0),
                              g.chunk_obs.eq(Mux(too_big & frame, 0, g.out_blocks)),
                              r.chunk_steps.eq(block_words), r.chunk_words.eq(0),
                              r.load_words.eq(r.weight_steps)]    # out_blocks·block_words
@@ -581,6 +586,9 @@ class Sequencer(wiring.Component):
         # comparison then needs no cycle of its own in front of the state register).
         more_chunks_r = Signal(name="more_chunks")
         m.d.sync += more_chunks_r.eq(more_chunks)
+        # The next chunk's shortcut offset, in two register stages from registers final in
+        # COMPUTE_START (sc_plane: before it): read at COMPUTE's end, two cycles later or more.
+        next_sc_chunk = split_product(m, next_ob, g.sc_plane, "next_sc_chunk")
         word_bytes = log2(cfg.ti * cfg.to)
 
         def param_cmd():
@@ -655,7 +663,8 @@ class Sequencer(wiring.Component):
             with m.Elif(self.compute_done & ~self.pf_busy):
                 with m.If(more_chunks_r):
                     # Next chunk of output-channel blocks (frame reuse).
-                    m.d.sync += [g.ob_base.eq(next_ob), g.ob_count.eq(next_obs)]
+                    m.d.sync += [g.ob_base.eq(next_ob), g.ob_count.eq(next_obs),
+                                 g.sc_chunk.eq(next_sc_chunk)]
                     next_weight_load()
                     with m.If(instr.double_buffer):
                         m.next = "COMPUTE_START"    # the prefetch loaded it

@@ -264,6 +264,8 @@ class GroupController(wiring.Component):
         whose commands they answer, by tag."""
         arbiter, router, buffers, dma = u.arbiter, u.router, u.buffers, u.dma
         wiring.connect(m, arbiter.cmd, dma.cmd)
+        m.d.comb += [arbiter.takes_read.eq(dma.takes_read),
+                     arbiter.takes_write.eq(dma.takes_write)]
         wiring.connect(m, u.seq.cmd, arbiter.control)
         wiring.connect(m, u.writer.cmd, arbiter.write)
         wiring.connect(m, u.streamer.cmd, arbiter.weights)
@@ -309,7 +311,7 @@ class GroupController(wiring.Component):
             m.d.comb += unit.base.eq(seq.base)
         g = seq.group
         for unit, names in (
-                (u.shortcut, ("ob_base", "ob_count", "conv_h", "conv_w", "sc_plane",
+                (u.shortcut, ("sc_chunk", "ob_count", "conv_h", "conv_w", "sc_plane",
                               "sc_row_bytes")),
                 (u.streamer, ("streaming", "steps", "sets", "conv_h", "ib_count",
                               "out_blocks")),

@@ -11,9 +11,13 @@ from sfnpu import isa
 from ..dma import Direction
 from ..fifo import BlockRamFIFO
 from .buffers import segment_layout
-from .common import log2
+from .common import log2, split_product
 
-__all__ = ["OutputWriter"]
+__all__ = ["OutputWriter", "SETTLE_CYCLES"]
+
+#: Cycles from start to the chunk's first output address: the first block's offset is a
+#: product in three register stages. The first command waits for results, which come later.
+SETTLE_CYCLES = 3
 
 
 class OutputWriter(wiring.Component):
@@ -98,19 +102,22 @@ class OutputWriter(wiring.Component):
         o_row_addr = Signal(aw)
         o_seg_base = Signal(aw)        # first word of the current segment
         o_done = Signal()
-        # The chunk's first block's offset is added a cycle after start (from a product of
-        # registers, outside any condition): no multiplier between the sequencer's state and
-        # the addresses. Nothing is written before: the buffer is empty at start.
-        o_first_block = Signal(aw)
-        o_settle = Signal()
-        m.d.sync += o_first_block.eq((self.out_block0 + self.ob_base) * self.out_plane)
+        # The chunk's first block's offset is added in the last of SETTLE_CYCLES after start,
+        # from a product in three register stages formed every cycle (the block sum, then
+        # split_product's two): no multiplier and no adder chain between the sequencer's
+        # registers and the addresses. Its operands are final at start at the latest, and
+        # nothing is written before: the buffer is empty at start, results come later.
+        first_block = Signal(16)
+        m.d.sync += first_block.eq(self.out_block0 + self.ob_base)
+        o_first_block = split_product(m, first_block, self.out_plane, "o_first_block")
+        o_settle = Signal(range(SETTLE_CYCLES + 1))
         o_committed = Signal(range(self.words + 1))
         # The next command's words and the buffer level it needs, registers set with the
         # counts they derive from: the request is one comparison of registers, with no
         # adder or minimum in front of the arbiter.
         o_chunk = Signal(range(chunk_words + 1))
         o_needed = Signal(range(self.words + chunk_words + 1))
-        o_req = self.compute & ~o_done & ~o_settle & (fifo.level >= o_needed)
+        o_req = self.compute & ~o_done & (o_settle == 0) & (fifo.level >= o_needed)
 
         chunk_next = Signal.like(o_chunk)
         m.d.comb += chunk_next.eq(o_chunk)
@@ -137,9 +144,11 @@ class OutputWriter(wiring.Component):
             operand = Mux(out_local, 0, self.base) + instr.output.offset
             m.d.sync += [o_oy.eq(0), o_ob.eq(0), o_done.eq(0),
                          o_addr.eq(operand), o_row_addr.eq(operand), o_seg_base.eq(operand),
-                         o_settle.eq(1)]
+                         o_settle.eq(SETTLE_CYCLES)]
             set_left(instr.out_w)
-        with m.Elif(o_settle):
+        with m.Elif(o_settle > 1):
+            m.d.sync += o_settle.eq(o_settle - 1)
+        with m.Elif(o_settle == 1):
             m.d.sync += [o_addr.eq(o_addr + o_first_block),
                          o_row_addr.eq(o_row_addr + o_first_block),
                          o_seg_base.eq(o_seg_base + o_first_block), o_settle.eq(0)]
