@@ -287,8 +287,10 @@ class ShortcutReader(wiring.Component):
         m.d.sync += sc_limit.eq(Mux(conv_w > self.words, 0, self.words - conv_w))
         sc_fits = Signal()
         m.d.sync += sc_fits.eq(conv_w <= self.words)
+        grant_words = Signal.like(conv_w)
         sc_req = self.compute & ~sc_done & (~reads_map | (
-            sc_fits & (fifo.level + sc_outstanding <= sc_limit)))
+            sc_fits & (self._committed(m, fifo, grant_words, reads_map)
+                       <= sc_limit)))
         grant = _command(m, self, sc_req, sc_local, sc_addr, sc_words, L)
         with m.If(self.start):
             m.d.sync += [sc_oy.eq(0), sc_ob.eq(0), sc_done.eq(instr.eltwise == Eltwise.NONE),
@@ -304,7 +306,23 @@ class ShortcutReader(wiring.Component):
                              sc_row_addr.eq(row)]
                 with m.If(sc_oy + 1 == self.conv_h):
                     m.d.sync += sc_done.eq(1)
-        _fill(m, self, fifo, sc_outstanding, Mux(grant & reads_map, conv_w, 0),
-              counted=reads_map)
+        m.d.comb += grant_words.eq(Mux(grant & reads_map, conv_w, 0))
+        _fill(m, self, fifo, sc_outstanding, grant_words, counted=reads_map)
         wiring.connect(m, fifo.r_stream, wiring.flipped(self.o_stream))
         return m
+
+    def _committed(self, m, fifo, granted, counted):
+        """``fifo.level + sc_outstanding`` (the FIFO's words, in or commanded), a register
+        kept beside both with their updates (:func:`_fill`'s, the FIFO's reset by flush):
+        the room test needs no adder in front of the arbiter."""
+        committed = Signal(range(fifo.depth + 2 * self.words + 1), name="sc_committed")
+        pushed = fifo.w_en & fifo.w_rdy          # into the FIFO
+        popped = fifo.r_stream.valid & fifo.r_stream.ready
+        with m.If(self.flush):                   # the FIFO's reset and outstanding's
+            m.d.sync += committed.eq(0)
+        with m.Elif(self.start):                 # outstanding's alone
+            m.d.sync += committed.eq(fifo.level + pushed - popped)
+        with m.Else():                           # _fill counts fifo.w_en, where counted
+            m.d.sync += committed.eq(committed + granted + pushed - popped
+                                     - (fifo.w_en & counted))
+        return committed
