@@ -49,6 +49,7 @@ the very first step may wait for its weights.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -310,29 +311,32 @@ class RowBuffer(wiring.Component):
         self._reader_sequence(m, reader, start, issue, reading, last_part, last_column, slide)
         m.d.comb += room_end.eq(reader.room_end)
 
-        r1_part, r1_last, r1_b0, r1_pads, r1_consume = self._read_stage(
+        r1_part, r1_last, r1_b0, r1_pads, r1_consume, r1_valid_next = self._read_stage(
             m, start, issue, r1_valid, r1_load, reader, last_column, pads)
 
         # -- window register: columns shift in from the right --------------------------------------
         fill, hold = _WindowRegister("fill", self.lanes), _WindowRegister("hold", self.lanes)
         fill_valid = Signal()         # fill holds a complete window not yet moved to hold
         hold_valid = Signal()
-        hold_free = Signal()
+        hold_valid_next = Signal()
         transfer = Signal()
-        m.d.comb += [
-            transfer.eq(fill_valid & hold_free),
-            r1_consume.eq(r1_valid & (~fill_valid | transfer)),
-        ]
+        emit = Signal()
         self._shift_in(m, fill, read_ports, r1_part, r1_b0, r1_pads, r1_consume)
-        with m.If(start):
-            m.d.sync += fill_valid.eq(0)
-        with m.Elif(r1_consume & r1_last):
-            m.d.sync += [fill_valid.eq(1), fill.b0.eq(r1_b0)]
-        with m.Elif(transfer):
-            m.d.sync += fill_valid.eq(0)
+        fill_valid_next = Signal()
+        m.d.comb += fill_valid_next.eq(
+            Mux(start, 0, Mux(r1_consume & r1_last, 1, Mux(transfer, 0, fill_valid))))
+        m.d.sync += fill_valid.eq(fill_valid_next)
+        with m.If(~start & r1_consume & r1_last):
+            m.d.sync += fill.b0.eq(r1_b0)
 
-        emit, step, last_step = self._hold(m, start, fill, hold, hold_valid, hold_free, transfer)
-        self._taps(m, start, transfer, emit, step, last_step, fill, hold, hold_valid)
+        step, last_step, last_step_next = self._hold(m, start, fill, hold, hold_valid,
+                                                     hold_valid_next, transfer, emit)
+        out_valid_next = self._taps(m, start, transfer, emit, step, last_step, fill, hold,
+                                    hold_valid)
+        self._handshake(m, r1_valid, fill_valid, hold_valid, r1_consume, transfer, emit,
+                        dict(r1_valid=r1_valid_next, fill_valid=fill_valid_next,
+                             hold_valid=hold_valid_next, last_step=last_step_next,
+                             out_valid=out_valid_next))
 
         # -- busy ---------------------------------------------------------------------------------
         with m.If(start):
@@ -537,13 +541,14 @@ class RowBuffer(wiring.Component):
         r1_b0 = Signal(range(ROW_BUFFER_ROWS))
         r1_pads = Signal(_WINDOW_ROWS)
         r1_consume = Signal()
-        m.d.comb += r1_load.eq(~r1_valid | r1_consume)
-        with m.If(start):
-            m.d.sync += r1_valid.eq(0)
-        with m.Elif(r1_load):
-            m.d.sync += [r1_valid.eq(issue), r1_part.eq(reader.part), r1_last.eq(last_column),
+        r1_valid_next = Signal()
+        m.d.comb += [r1_load.eq(~r1_valid | r1_consume),
+                     r1_valid_next.eq(Mux(start, 0, Mux(r1_load, issue, r1_valid)))]
+        m.d.sync += r1_valid.eq(r1_valid_next)
+        with m.If(~start & r1_load):
+            m.d.sync += [r1_part.eq(reader.part), r1_last.eq(last_column),
                          r1_b0.eq(reader.b0), r1_pads.eq(pads)]
-        return r1_part, r1_last, r1_b0, r1_pads, r1_consume
+        return r1_part, r1_last, r1_b0, r1_pads, r1_consume, r1_valid_next
 
     def _shift_in(self, m, fill, read_ports, r1_part, r1_b0, r1_pads, r1_consume):
         """Shifts a fetched column part into the rightmost column of the window register."""
@@ -565,36 +570,60 @@ class RowBuffer(wiring.Component):
                     m.d.sync += [fill.words[banks + extra][cols - 1].eq(source),
                                  fill.pads[banks + extra][cols - 1].eq(r1_pads[banks + extra])]
 
-    def _hold(self, m, start, fill, hold, hold_valid, hold_free, transfer):
+    def _hold(self, m, start, fill, hold, hold_valid, hold_valid_next, transfer, emit):
         """The hold register: takes a complete window and counts its steps out."""
-        out = self.o_stream
-        advance = ~out.valid | out.ready
         step = Signal(range(MAX_KERNEL * MAX_KERNEL))
         # The window's last step index, a register: the kernel-size product and the
         # depthwise rounding behind ``steps`` stay off the hold register's handshake. The
         # parameters are the instruction's, set before ``start``; the first window reaches
         # the hold register cycles after it.
         final_step = Signal(range(MAX_KERNEL * MAX_KERNEL))
-        m.d.sync += final_step.eq(self.steps - 1)
+        final_step_next = Signal.like(final_step)
+        m.d.comb += final_step_next.eq(self.steps - 1)
+        m.d.sync += final_step.eq(final_step_next)
         last_step = step == final_step
-        emit = hold_valid & advance
-        m.d.comb += hold_free.eq(~hold_valid | (emit & last_step))
         with m.If(transfer):
             for r in range(_WINDOW_ROWS):
                 for c in range(MAX_KERNEL):
                     m.d.sync += [hold.words[r][c].eq(fill.words[r][c]),
                                  hold.pads[r][c].eq(fill.pads[r][c])]
             m.d.sync += hold.b0.eq(fill.b0)
-        with m.If(start):
-            m.d.sync += [hold_valid.eq(0), step.eq(0)]
-        with m.Elif(transfer):
-            m.d.sync += [hold_valid.eq(1), step.eq(0)]
-        with m.Elif(emit):
-            with m.If(last_step):
-                m.d.sync += hold_valid.eq(0)
-            with m.Else():
-                m.d.sync += step.eq(step + 1)
-        return emit, step, last_step
+        step_next = Signal.like(step)
+        m.d.comb += [
+            hold_valid_next.eq(Mux(start, 0, Mux(transfer, 1,
+                                                 Mux(emit & last_step, 0, hold_valid)))),
+            step_next.eq(Mux(start | transfer, 0, Mux(emit & ~last_step, step + 1, step))),
+        ]
+        m.d.sync += [hold_valid.eq(hold_valid_next), step.eq(step_next)]
+        return step, last_step, step_next == final_step_next
+
+    def _handshake(self, m, r1_valid, fill_valid, hold_valid, r1_consume, transfer, emit,
+                   following):
+        """The window path's handshake: a step leaves the hold register (``emit``), a
+        window moves from the fill to the hold register (``transfer``), a column part
+        moves into the fill register (``r1_consume``). Each is ``X0 | X1 & ready``, where
+        ``ready`` is the array's and X0, X1 are registers formed from the next cycle's
+        state (``following``): between the array's handshake and the thousands of window
+        register enables there is one gate, not the chain of the valid flags."""
+        ready = self.o_stream.ready
+        n = SimpleNamespace(**following)
+        idle_next = ~n.out_valid                 # o_stream's register is free
+        hold_free_now = ~n.hold_valid | (n.last_step & idle_next)
+        terms = {name: (Signal(name=f"{name}_any"), Signal(name=f"{name}_on_ready"))
+                 for name in ("emit", "transfer", "consume")}
+        for name, (any_ready, on_ready) in terms.items():
+            x0, x1 = {
+                "emit": (n.hold_valid & idle_next, n.hold_valid),
+                "transfer": (n.fill_valid & hold_free_now, n.fill_valid & n.last_step),
+                "consume": (n.r1_valid & (~n.fill_valid | hold_free_now),
+                            n.r1_valid & n.last_step),
+            }[name]
+            m.d.sync += [any_ready.eq(x0), on_ready.eq(x1)]
+        m.d.comb += [
+            emit.eq(terms["emit"][0] | (terms["emit"][1] & ready)),
+            transfer.eq(terms["transfer"][0] | (terms["transfer"][1] & ready)),
+            r1_consume.eq(terms["consume"][0] | (terms["consume"][1] & ready)),
+        ]
 
     def _taps(self, m, start, transfer, emit, step, last_step, fill, hold, hold_valid):
         """Step emission: each slot's tap (ky, kx), read from the hold register or padding.
@@ -658,7 +687,7 @@ class RowBuffer(wiring.Component):
                         hold_words.word_select(index, word_shape.width), zero_word))
         with m.If(emit):
             m.d.sync += [out.payload.first.eq(step == 0), out.payload.last.eq(last_step)]
-        with m.If(start):
-            m.d.sync += out.valid.eq(0)
-        with m.Elif(advance):
-            m.d.sync += out.valid.eq(hold_valid)
+        out_valid_next = Signal()
+        m.d.comb += out_valid_next.eq(Mux(start, 0, Mux(advance, hold_valid, out.valid)))
+        m.d.sync += out.valid.eq(out_valid_next)
+        return out_valid_next
