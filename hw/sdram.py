@@ -33,8 +33,6 @@ Pin timing: every pin output is a register of this component. Read data is captu
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.fifo import SyncFIFO
@@ -125,7 +123,6 @@ class _BankTimers:
         self.is_open = Signal(banks)
         self.open_row = Array(Signal(geometry.row_bits, name=f"open_row{b}")
                               for b in range(banks))
-        self.changed = Signal()     # a bank opens or closes in this cycle
 
 
 class _RefreshTimer:
@@ -167,7 +164,6 @@ class _Burst:
         self.beat_word, self.beats_left, self.burst_bad = beat_word, beats_left, burst_bad
         self.write_resp, self.b_pending = write_resp, b_pending
         self.host_busy, self.read_next = host_busy, read_next
-        self.moved = Signal()       # the current beat's address changes in this cycle
 
         col_bits = g.col_bits - 1   # a beat covers two columns
         self.column = Cat(Const(0, 1), beat_word[:col_bits])
@@ -181,7 +177,6 @@ class _Burst:
         """The current beat has been issued (or answered without a command)."""
         m.d.sync += [self.beat_word.eq(self.beat_word + 1),
                      self.beats_left.eq(self.beats_left - 1)]
-        m.d.comb += self.moved.eq(1)
         with m.If(self.last_beat):
             m.d.sync += self.active.eq(0)
 
@@ -264,7 +259,6 @@ class SdramController(wiring.Component):
         # READ/WRITE leave the next command slot free: a WRITE's second data word goes out then
         slot_free = Signal()
         m.d.sync += slot_free.eq(1)
-        row = self._row_test(m, timers, burst)
 
         with m.FSM(name="sdram"):
             self._power_up(m, cmd, timers, refresh, init_timer, init_refreshes)
@@ -288,7 +282,7 @@ class SdramController(wiring.Component):
                 with m.Elif(burst.active & (burst.is_write & w_available
                                             | ~burst.is_write & (burst.is_host | read_room))
                             & slot_free):
-                    self._serve_beat(m, cmd, timers, row, burst, slot_free, issue_tag, second,
+                    self._serve_beat(m, cmd, timers, burst, slot_free, issue_tag, second,
                                      w_data, w_strb, host_write_done)
                 with m.If(~burst.active & ~burst.b_pending):
                     self._accept_burst(m, burst)
@@ -296,8 +290,7 @@ class SdramController(wiring.Component):
 
     def _precharge_all(self, m, cmd, timers):
         """PRECHARGE ALL: closes every bank."""
-        m.d.comb += [cmd.command.eq(Command.PRECHARGE), cmd.cmd_a.eq(1 << 10),
-                     timers.changed.eq(1)]
+        m.d.comb += [cmd.command.eq(Command.PRECHARGE), cmd.cmd_a.eq(1 << 10)]
         m.d.sync += timers.is_open.eq(0)
         for t in timers.act_wait:
             t.start(self.cycles.rp)
@@ -419,34 +412,18 @@ class SdramController(wiring.Component):
                 m.d.sync += self.ready.eq(1)
                 m.next = "RUN"
 
-    def _row_test(self, m, timers, burst):
-        """The current beat's row test from registers: the bank's state and the beat's
-        address as they were a cycle before, used only when neither has changed since (a
-        cycle is lost after a PRECHARGE, an ACTIVATE, a dropped beat or a new burst; a READ
-        or WRITE leaves the next slot free anyway). The open-row multiplexer and the row
-        compare stay off the W channel's ready."""
-        row = SimpleNamespace(hit=Signal(name="row_hit"), bank_open=Signal(name="bank_open"),
-                              stale=Signal(name="row_stale"))
-        is_open = timers.is_open.bit_select(burst.bank, 1)
-        m.d.sync += [row.hit.eq(is_open & (timers.open_row[burst.bank] == burst.row)),
-                     row.bank_open.eq(is_open),
-                     row.stale.eq(timers.changed | burst.moved)]
-        return row
-
-    def _serve_beat(self, m, cmd, timers, row, burst, slot_free, issue_tag, second, w_data,
-                    w_strb, host_write_done):
+    def _serve_beat(self, m, cmd, timers, burst, slot_free, issue_tag, second, w_data, w_strb,
+                    host_write_done):
         """One command for the current beat: READ/WRITE, PRECHARGE or ACTIVATE."""
         c, g = self.cycles, self.geometry
         banks, lanes = 1 << g.bank_bits, len(cmd.dqm)
-        bank, is_write = burst.bank, burst.is_write
+        bank, row, is_write = burst.bank, burst.row, burst.is_write
 
         def bank_ready(timers):
             return Array(t.ready for t in timers)[bank]
 
         m.d.comb += cmd.cmd_ba.eq(bank)
-        with m.If(row.stale):
-            pass
-        with m.Elif(row.hit):
+        with m.If(timers.is_open.bit_select(bank, 1) & (timers.open_row[bank] == row)):
             with m.If(bank_ready(timers.rw_wait) & timers.burst_wait.ready
                       & (~is_write | timers.write_wait.ready)):
                 m.d.comb += cmd.cmd_a.eq(burst.column)
@@ -471,17 +448,16 @@ class SdramController(wiring.Component):
                         with m.If(bank == b):
                             timers.pre_wait[b].start(c.read_to_precharge)
                     burst.beat_done(m)
-        with m.Elif(row.bank_open):
+        with m.Elif(timers.is_open.bit_select(bank, 1)):
             with m.If(bank_ready(timers.pre_wait)):
-                m.d.comb += [cmd.command.eq(Command.PRECHARGE), timers.changed.eq(1)]
+                m.d.comb += cmd.command.eq(Command.PRECHARGE)
                 for b in range(banks):
                     with m.If(bank == b):
                         m.d.sync += timers.is_open[b].eq(0)
                         timers.act_wait[b].start(c.rp)
         with m.Elif(bank_ready(timers.act_wait) & timers.rrd_wait.ready):
-            m.d.comb += [cmd.command.eq(Command.ACTIVATE), cmd.cmd_a.eq(burst.row),
-                         timers.changed.eq(1)]
-            m.d.sync += timers.open_row[bank].eq(burst.row)
+            m.d.comb += [cmd.command.eq(Command.ACTIVATE), cmd.cmd_a.eq(row)]
+            m.d.sync += timers.open_row[bank].eq(row)
             timers.rrd_wait.start(c.rrd)
             for b in range(banks):
                 with m.If(bank == b):
@@ -496,7 +472,6 @@ class SdramController(wiring.Component):
         offset_bits = self.bus_bytes.bit_length() - 1
         with m.If(host.re | host.we):
             with m.If(~burst.host_busy):
-                m.d.comb += burst.moved.eq(1)
                 m.d.sync += [burst.active.eq(1), burst.is_host.eq(1), burst.is_write.eq(host.we),
                              burst.host_busy.eq(1), burst.beat_word.eq(host.addr),
                              burst.write_resp.eq(Resp.OKAY),
@@ -508,7 +483,6 @@ class SdramController(wiring.Component):
             for channel, writes in ((bus.ar, 0), (bus.aw, 1)):
                 a = channel.payload
                 with m.If(channel.valid & channel.ready):
-                    m.d.comb += burst.moved.eq(1)
                     m.d.sync += [
                         burst.active.eq(1), burst.is_host.eq(0), burst.is_write.eq(writes),
                         burst.read_next.eq(writes), burst.write_resp.eq(Resp.OKAY),

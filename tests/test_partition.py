@@ -364,7 +364,11 @@ def test_zero_pad_folds_into_the_convolution(tmp_path):
     path = tmp_path / "zeropad.qdq.onnx"
     quantize_static(str(tmp_path / "float.onnx"), str(path), Reader(net.samples(4)),
                     quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
-                    weight_type=QuantType.QInt8, per_channel=True)
+                    weight_type=QuantType.QInt8, per_channel=True,
+                    # 7-bit weights, as quantize_model's default: onnxruntime's U8S8 kernel
+                    # on AVX2 without VNNI saturates pair sums of 8-bit weights and is then
+                    # not the exact convolution (sfnpu.numeric)
+                    reduce_range=True)
     assert "Pad" in {n.op_type for n in onnx.load(str(path)).graph.node}
     program = compile_partitioned(path, TINY)
     assert isinstance(program, Compiled)
