@@ -208,7 +208,7 @@ def _times_small(value, small):
 class _ReaderPosition:
     """The reader's position: output row, pass and column, and input row y0's place in the ring."""
 
-    def __init__(self, max_words: int, params):
+    def __init__(self, max_words: int, params, capacity):
         # Row y0 sits in bank b0; offsets are the word offsets of its place and of the next two
         # (a window spans at most three places of a bank: b < b0, and part 2).
         self.oy = Signal(range(1 << len(params.out_h)))
@@ -221,6 +221,7 @@ class _ReaderPosition:
         # compare with registers.
         self.y_end = Signal(_COORD)
         self.room_end = Signal(signed(_COORD.width + 8))
+        self.capacity = capacity                          # rows the ring holds
         self.b0 = Signal(range(ROW_BUFFER_ROWS))
         self.offsets = [Signal(range(max_words), name=f"place_offset_{k}") for k in range(3)]
         self.place2 = Signal(range(max_words + 1))       # index of the place at offsets[2]
@@ -296,8 +297,7 @@ class RowBuffer(wiring.Component):
         rows_written, room_end, writing = self._writer(m, write_ports, start, reading)
 
         # -- reader, stage 0: column addresses ----------------------------------------------------
-        reader = _ReaderPosition(self.max_words, prm)
-        reader.capacity = capacity
+        reader = _ReaderPosition(self.max_words, prm, capacity)
         rows_ready = rows_written >= reader.y_end
         columns = Mux(reader.first_window, prm.kw, slide)
         last_part = reader.part + 1 >= parts
@@ -333,7 +333,7 @@ class RowBuffer(wiring.Component):
                                                      hold_valid_next, transfer, emit)
         out_valid_next = self._taps(m, start, transfer, emit, step, last_step, fill, hold,
                                     hold_valid)
-        self._handshake(m, r1_valid, fill_valid, hold_valid, r1_consume, transfer, emit,
+        self._handshake(m, r1_consume, transfer, emit,
                         dict(r1_valid=r1_valid_next, fill_valid=fill_valid_next,
                              hold_valid=hold_valid_next, last_step=last_step_next,
                              out_valid=out_valid_next))
@@ -597,8 +597,7 @@ class RowBuffer(wiring.Component):
         m.d.sync += [hold_valid.eq(hold_valid_next), step.eq(step_next)]
         return step, last_step, step_next == final_step_next
 
-    def _handshake(self, m, r1_valid, fill_valid, hold_valid, r1_consume, transfer, emit,
-                   following):
+    def _handshake(self, m, r1_consume, transfer, emit, following):
         """The window path's handshake: a step leaves the hold register (``emit``), a
         window moves from the fill to the hold register (``transfer``), a column part
         moves into the fill register (``r1_consume``). Each is ``X0 | X1 & ready``, where
@@ -608,22 +607,16 @@ class RowBuffer(wiring.Component):
         ready = self.o_stream.ready
         n = SimpleNamespace(**following)
         idle_next = ~n.out_valid                 # o_stream's register is free
-        hold_free_now = ~n.hold_valid | (n.last_step & idle_next)
-        terms = {name: (Signal(name=f"{name}_any"), Signal(name=f"{name}_on_ready"))
-                 for name in ("emit", "transfer", "consume")}
-        for name, (any_ready, on_ready) in terms.items():
-            x0, x1 = {
-                "emit": (n.hold_valid & idle_next, n.hold_valid),
-                "transfer": (n.fill_valid & hold_free_now, n.fill_valid & n.last_step),
-                "consume": (n.r1_valid & (~n.fill_valid | hold_free_now),
-                            n.r1_valid & n.last_step),
-            }[name]
+        hold_free_next = ~n.hold_valid | (n.last_step & idle_next)
+        for out, name, x0, x1 in (
+                (emit, "emit", n.hold_valid & idle_next, n.hold_valid),
+                (transfer, "transfer", n.fill_valid & hold_free_next,
+                 n.fill_valid & n.last_step),
+                (r1_consume, "consume", n.r1_valid & (~n.fill_valid | hold_free_next),
+                 n.r1_valid & n.last_step)):
+            any_ready, on_ready = Signal(name=f"{name}_any"), Signal(name=f"{name}_on_ready")
             m.d.sync += [any_ready.eq(x0), on_ready.eq(x1)]
-        m.d.comb += [
-            emit.eq(terms["emit"][0] | (terms["emit"][1] & ready)),
-            transfer.eq(terms["transfer"][0] | (terms["transfer"][1] & ready)),
-            r1_consume.eq(terms["consume"][0] | (terms["consume"][1] & ready)),
-        ]
+            m.d.comb += out.eq(any_ready | (on_ready & ready))
 
     def _taps(self, m, start, transfer, emit, step, last_step, fill, hold, hold_valid):
         """Step emission: each slot's tap (ky, kx), read from the hold register or padding.

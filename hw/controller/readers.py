@@ -43,14 +43,16 @@ def _command(m, reader, request, local, address, words, lanes):
     return (cmd.valid & cmd.ready) | (lcmd.valid & lcmd.ready)
 
 
-def _fill(m, reader, fifo, outstanding, granted, counted=1):
-    """The segments' words (local or DRAM) into ``fifo``; ``outstanding`` counts the words
-    commanded (``granted`` at a grant) but not yet in, where ``counted``."""
+def _fill(m, reader, fifo, outstanding=None, granted=0, counted=1):
+    """The segments' words (local or DRAM) into ``fifo``; ``outstanding``, if given, counts
+    the words commanded (``granted`` at a grant) but not yet in, where ``counted``."""
     dram, local = reader.dram_words, reader.local_words
     push = Signal()
     m.d.comb += [push.eq(dram.valid | local.valid),
                  fifo.w_data.eq(Mux(local.valid, local.payload, dram.payload)),
                  fifo.w_en.eq(push)]
+    if outstanding is None:
+        return
     with m.If(reader.flush | reader.start):
         m.d.sync += outstanding.eq(0)
     with m.Else():
@@ -275,7 +277,6 @@ class ShortcutReader(wiring.Component):
         sc_addr = Signal(aw)
         sc_row_addr = Signal(aw)
         sc_done = Signal()
-        sc_outstanding = Signal(range(2 * self.words + 1))
         sc_plane = self.sc_plane
         reads_map = eltwise_reads_map(instr.eltwise)
         sc_local = instr.shortcut.space != MemSpace.DRAM
@@ -307,22 +308,23 @@ class ShortcutReader(wiring.Component):
                 with m.If(sc_oy + 1 == self.conv_h):
                     m.d.sync += sc_done.eq(1)
         m.d.comb += grant_words.eq(Mux(grant & reads_map, conv_w, 0))
-        _fill(m, self, fifo, sc_outstanding, grant_words, counted=reads_map)
+        _fill(m, self, fifo)
         wiring.connect(m, fifo.r_stream, wiring.flipped(self.o_stream))
         return m
 
     def _committed(self, m, fifo, granted, counted):
-        """``fifo.level + sc_outstanding`` (the FIFO's words, in or commanded), a register
-        kept beside both with their updates (:func:`_fill`'s, the FIFO's reset by flush):
-        the room test needs no adder in front of the arbiter."""
+        """The FIFO's words, in or commanded (``granted`` at a grant, counted out of the
+        commanded ones as they are pushed where ``counted``): the FIFO's level plus the
+        words in flight, kept as one register so the room test needs no adder in front of
+        the arbiter."""
         committed = Signal(range(fifo.depth + 2 * self.words + 1), name="sc_committed")
         pushed = fifo.w_en & fifo.w_rdy          # into the FIFO
         popped = fifo.r_stream.valid & fifo.r_stream.ready
-        with m.If(self.flush):                   # the FIFO's reset and outstanding's
+        with m.If(self.flush):                   # the FIFO's reset, nothing in flight
             m.d.sync += committed.eq(0)
-        with m.Elif(self.start):                 # outstanding's alone
+        with m.Elif(self.start):                 # nothing in flight
             m.d.sync += committed.eq(fifo.level + pushed - popped)
-        with m.Else():                           # _fill counts fifo.w_en, where counted
+        with m.Else():                           # a pushed word was in flight, if counted
             m.d.sync += committed.eq(committed + granted + pushed - popped
                                      - (fifo.w_en & counted))
         return committed

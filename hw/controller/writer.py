@@ -107,7 +107,7 @@ class OutputWriter(wiring.Component):
         # split_product's two): no multiplier and no adder chain between the sequencer's
         # registers and the addresses. Its operands are final at start at the latest, and
         # nothing is written before: the buffer is empty at start, results come later.
-        first_block = Signal(16)
+        first_block = Signal(17)
         m.d.sync += first_block.eq(self.out_block0 + self.ob_base)
         o_first_block = split_product(m, first_block, self.out_plane, "o_first_block")
         o_settle = Signal(range(SETTLE_CYCLES + 1))
