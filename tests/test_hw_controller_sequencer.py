@@ -57,8 +57,14 @@ def geometries_in_compute(config, blob):
                 ctx.set(dut.compute_done, 1)
                 await ctx.tick()
                 ctx.set(dut.compute_done, 0)
+                # The phase ports are registers set on the transitions: compute ends with
+                # compute_done, and a phase starts with start_compute's one cycle.
+                assert not ctx.get(dut.compute)
             else:
+                starting = ctx.get(dut.start_compute)
                 await ctx.tick()
+                assert ctx.get(dut.compute) == starting
+                assert not (starting and ctx.get(dut.start_compute))
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)

@@ -16,7 +16,7 @@ __all__ = ["INSTRUCTION_BYTES", "POST_WORDS", "result_fifo_depth", "results_in_f
            "FLOAT32_ONE", "TAG_INPUT", "TAG_WEIGHTS", "TAG_SHORTCUT", "TAG_PREFETCH",
            "ISA", "log2", "param_aligned", "one_hot", "post_word", "stage_zp", "stage_signed",
            "code_types", "fetch_beats", "shifted_in", "aligned_instruction", "next_chunk",
-           "split_product"]
+           "split_product", "fifo_room"]
 
 INSTRUCTION_BYTES = isa.WORDS * isa.WORD_BITS // 8
 #: The post record (:data:`sfnpu.layout.POST_RECORD`) as 32-bit words.
@@ -128,3 +128,33 @@ def split_product(m, a, b, name: str) -> Signal:
     m.d.sync += [low.eq(a * b[:half]), high.eq(a * b[half:]),
                  product.eq(low + (high << half))]
     return product
+
+
+def fifo_room(m, fifo, words, granted, *, flush, start, counted=1, name="room"):
+    """Whether ``fifo`` has room for ``words`` more words besides those in it or commanded
+    (an agent's request test), from registers only: no adder sits in front of the command
+    arbiter, and the FIFO's reader (often the end of a long ready chain) reaches a single
+    flip-flop.
+
+    The words in or commanded are one register, the FIFO's level plus those in flight
+    (``granted`` at a grant, counted out as they are pushed where ``counted``), less the
+    word read in the cycle before (``popped``, a register of its own, taken out a cycle
+    later). Nothing is in flight at ``start`` and after ``flush`` (the FIFO's reset).
+    ``words`` is final before ``start``, so the limits are registers too."""
+    committed = Signal(range(2 * fifo.depth + 2), name=f"{name}_committed")
+    popped = Signal(name=f"{name}_popped")
+    pushed = fifo.w_en & fifo.w_rdy
+    with m.If(flush):
+        m.d.sync += committed.eq(0)
+    with m.Elif(start):
+        m.d.sync += committed.eq(fifo.level + pushed)
+    with m.Else():
+        m.d.sync += committed.eq(committed - popped + granted + pushed - (fifo.w_en & counted))
+    m.d.sync += popped.eq(fifo.r_rdy & fifo.r_en & ~flush)
+    # committed − popped ≤ depth − words, with popped a bit.
+    limit = Signal(range(fifo.depth + 1), name=f"{name}_limit")
+    limit_popped = Signal(range(fifo.depth + 2), name=f"{name}_limit_popped")
+    fits = Signal(name=f"{name}_fits")
+    room = Mux(words > fifo.depth, 0, fifo.depth - words)
+    m.d.sync += [limit.eq(room), limit_popped.eq(room + 1), fits.eq(words <= fifo.depth)]
+    return fits & Mux(popped, committed <= limit_popped, committed <= limit)

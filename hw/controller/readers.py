@@ -13,7 +13,7 @@ from ..act_table import ActivationTable
 from ..dma import Direction
 from ..fifo import BlockRamFIFO
 from .buffers import segment_layout
-from .common import log2
+from .common import fifo_room, log2
 
 __all__ = ["InputReader", "ShortcutReader"]
 
@@ -43,20 +43,11 @@ def _command(m, reader, request, local, address, words, lanes):
     return (cmd.valid & cmd.ready) | (lcmd.valid & lcmd.ready)
 
 
-def _fill(m, reader, fifo, outstanding=None, granted=0, counted=1):
-    """The segments' words (local or DRAM) into ``fifo``; ``outstanding``, if given, counts
-    the words commanded (``granted`` at a grant) but not yet in, where ``counted``."""
+def _fill(m, reader, fifo):
+    """The segments' words (local or DRAM) into ``fifo``."""
     dram, local = reader.dram_words, reader.local_words
-    push = Signal()
-    m.d.comb += [push.eq(dram.valid | local.valid),
-                 fifo.w_data.eq(Mux(local.valid, local.payload, dram.payload)),
-                 fifo.w_en.eq(push)]
-    if outstanding is None:
-        return
-    with m.If(reader.flush | reader.start):
-        m.d.sync += outstanding.eq(0)
-    with m.Else():
-        m.d.sync += outstanding.eq(outstanding + granted - Mux(push & counted, 1, 0))
+    m.d.comb += [fifo.w_data.eq(Mux(local.valid, local.payload, dram.payload)),
+                 fifo.w_en.eq(dram.valid | local.valid)]
 
 
 class InputReader(wiring.Component):
@@ -143,10 +134,11 @@ class InputReader(wiring.Component):
         in_seg_addr = Signal(aw)
         in_row_addr = Signal(aw)
         in_done = Signal()
-        in_outstanding = Signal(range(self.row_words * 2 + 1))
-        in_credit_ok = (fifo.level + in_outstanding + instr.in_w) <= self.row_words
-        in_req = self.compute & ~in_done & in_credit_ok
+        granted_words = Signal.like(instr.in_w)
+        in_req = self.compute & ~in_done & fifo_room(m, fifo, instr.in_w, granted_words,
+                                                     flush=flush, start=start, name="in")
         grant = _command(m, self, in_req, self.local, in_seg_addr, instr.in_w, L)
+        m.d.comb += granted_words.eq(Mux(grant, instr.in_w, 0))
 
         # Segments y-major, cb-minor.
         with m.If(start):
@@ -162,7 +154,7 @@ class InputReader(wiring.Component):
                              in_row_addr.eq(in_row_addr + self.in_row_bytes)]
                 with m.If(in_y + 1 == instr.in_h):
                     m.d.sync += in_done.eq(1)
-        _fill(m, self, fifo, in_outstanding, Mux(grant, instr.in_w, 0))
+        _fill(m, self, fifo)
         self._staging(m)
 
         # The input transform; the channel block of its word: words come (y, cb, x).
@@ -282,16 +274,11 @@ class ShortcutReader(wiring.Component):
         sc_local = instr.shortcut.space != MemSpace.DRAM
         sc_first = Mux(sc_local, 0, self.base) + instr.shortcut.offset + self.sc_chunk
         sc_words = Mux(reads_map, conv_w, ob_count)
-        # The FIFO's room test against a register (the row's words are the group's, final
-        # before start): one adder fewer in front of the arbiter.
-        sc_limit = Signal(range(self.words + 1))
-        m.d.sync += sc_limit.eq(Mux(conv_w > self.words, 0, self.words - conv_w))
-        sc_fits = Signal()
-        m.d.sync += sc_fits.eq(conv_w <= self.words)
+        # The FIFO's room for a row (the row's words are the group's, final before start).
         grant_words = Signal.like(conv_w)
-        sc_req = self.compute & ~sc_done & (~reads_map | (
-            sc_fits & (self._committed(m, fifo, grant_words, reads_map)
-                       <= sc_limit)))
+        sc_req = self.compute & ~sc_done & (
+            ~reads_map | fifo_room(m, fifo, conv_w, grant_words, flush=self.flush,
+                                    start=self.start, counted=reads_map, name="sc"))
         grant = _command(m, self, sc_req, sc_local, sc_addr, sc_words, L)
         with m.If(self.start):
             m.d.sync += [sc_oy.eq(0), sc_ob.eq(0), sc_done.eq(instr.eltwise == Eltwise.NONE),
@@ -311,20 +298,3 @@ class ShortcutReader(wiring.Component):
         _fill(m, self, fifo)
         wiring.connect(m, fifo.r_stream, wiring.flipped(self.o_stream))
         return m
-
-    def _committed(self, m, fifo, granted, counted):
-        """The FIFO's words, in or commanded (``granted`` at a grant, counted out of the
-        commanded ones as they are pushed where ``counted``): the FIFO's level plus the
-        words in flight, kept as one register so the room test needs no adder in front of
-        the arbiter."""
-        committed = Signal(range(fifo.depth + 2 * self.words + 1), name="sc_committed")
-        pushed = fifo.w_en & fifo.w_rdy          # into the FIFO
-        popped = fifo.r_stream.valid & fifo.r_stream.ready
-        with m.If(self.flush):                   # the FIFO's reset, nothing in flight
-            m.d.sync += committed.eq(0)
-        with m.Elif(self.start):                 # nothing in flight
-            m.d.sync += committed.eq(fifo.level + pushed - popped)
-        with m.Else():                           # a pushed word was in flight, if counted
-            m.d.sync += committed.eq(committed + granted + pushed - popped
-                                     - (fifo.w_en & counted))
-        return committed

@@ -45,6 +45,9 @@ def group_layout(sizes: StoreSizes) -> data.StructLayout:
         "has_ct": 1,            # input transform: per-channel tables
         "streaming": 1,         # weights streamed from DRAM for every output row
         "staged": 1,            # the input is copied to the staging buffer (first chunk)
+        # A later chunk of a staged group: the input comes from the staging buffer (set with
+        # ob_base, so the operands need no test of ob_base in front of the input reader).
+        "from_stage": 1,
         "in_blocks": 16,        # ⌈in_c / L⌉
         "out_blocks": 16,       # ⌈out_c / To⌉
         "ib_count": 16,         # input-channel blocks per output block (1: depthwise)
@@ -228,9 +231,22 @@ class Sequencer(wiring.Component):
 
     # -- helpers ---------------------------------------------------------------------------
 
+    #: States whose decode is a register (high exactly in the state), named by the port.
+    _PHASES = {"start_compute": "COMPUTE_START", "compute": "COMPUTE"}
+
+    def _goto(self, m, state):
+        """``m.next = state`` on a transition into or out of a phase state
+        (:attr:`_PHASES`), whose ports are registers set here: no decode of the state
+        register sits in front of the agents (``compute`` gates every request the arbiter
+        sees). Every transition into or out of those states comes here, the guards' and
+        failures' included."""
+        m.next = state
+        m.d.sync += [getattr(self, port).eq(state == phase)
+                     for port, phase in self._PHASES.items()]
+
     def _fail(self, m, r, code):
         m.d.sync += r.error_code.eq(code)
-        m.next = "ERROR"
+        self._goto(m, "ERROR")
 
     def _read(self, m, address, length):
         m.d.comb += [self.cmd.valid.eq(1), self.cmd.payload.address.eq(address),
@@ -240,11 +256,11 @@ class Sequencer(wiring.Component):
     def _guard(self, m, r):
         """A DMA error or an abort ends the run from any running state."""
         with m.If(self.soft_reset):
-            m.next = "DRAIN"
+            self._goto(m, "DRAIN")
         with m.Elif(self.dma_error):
             m.d.sync += [r.error_code.eq(self.dma_error_code),
                          r.error_addr.eq(self.dma_error_addr)]
-            m.next = "ERROR"
+            self._goto(m, "ERROR")
 
     def _transfer(self, m, r, name, address, length, after, *, on_cmd=None, on_beat=None,
                   loading=None):
@@ -529,7 +545,7 @@ class Sequencer(wiring.Component):
                          & (instr.input.space == MemSpace.DRAM))
                 m.d.sync += [g.streaming.eq(too_big & ~frame), g.staged.eq(stage),
                              g.ob_base.eq(0), g.ob_count.eq(g.out_blocks),
-                             g.sc_chunk.eq(0),
+                             g.sc_chunk.eq(0), g.from_stage.eq(0),
                              g.chunk_obs.eq(Mux(too_big & frame, 0, g.out_blocks)),
                              r.chunk_steps.eq(block_words), r.chunk_words.eq(0),
                              r.load_words.eq(r.weight_steps)]    # out_blocks·block_words
@@ -616,7 +632,7 @@ class Sequencer(wiring.Component):
 
         def after_params():
             with m.If(g.identity | g.streaming | instr.weights_held):
-                m.next = "COMPUTE_START"
+                self._goto(m, "COMPUTE_START")
             with m.Else():
                 m.next = "WEIGHT_CMD"
 
@@ -629,7 +645,7 @@ class Sequencer(wiring.Component):
             m.d.sync += [r.held_valid.eq((g.ob_base == 0) & (g.ob_count == g.out_blocks)),
                          r.held_offset.eq(instr.weights.offset),
                          r.held_depthwise.eq(g.depthwise), self.held_base.eq(0)]
-            m.next = "COMPUTE_START"
+            self._goto(m, "COMPUTE_START")
 
         def window_record():
             # A windowed group's pitches, from its record's fields as their beats pass (the
@@ -653,25 +669,24 @@ class Sequencer(wiring.Component):
                        on_cmd=weight_cmd, loading=self.loading_weights)
         with m.State("COMPUTE_START"):
             # Agents initialise in this cycle and act from the next one.
-            m.d.comb += self.start_compute.eq(1)
-            m.next = "COMPUTE"
+            self._goto(m, "COMPUTE")
             self._guard(m, r)
         with m.State("COMPUTE"):
-            m.d.comb += self.compute.eq(1)
             with m.If(self.pf_failed):
                 self._fail(m, r, self.pf_error)
             with m.Elif(self.compute_done & ~self.pf_busy):
                 with m.If(more_chunks_r):
                     # Next chunk of output-channel blocks (frame reuse).
                     m.d.sync += [g.ob_base.eq(next_ob), g.ob_count.eq(next_obs),
-                                 g.sc_chunk.eq(next_sc_chunk)]
+                                 g.sc_chunk.eq(next_sc_chunk),
+                                 g.from_stage.eq(g.staged & (next_ob != 0))]
                     next_weight_load()
                     with m.If(instr.double_buffer):
-                        m.next = "COMPUTE_START"    # the prefetch loaded it
+                        self._goto(m, "COMPUTE_START")    # the prefetch loaded it
                     with m.Else():
-                        m.next = "WEIGHT_CMD"
+                        self._goto(m, "WEIGHT_CMD")
                 with m.Else():
-                    m.next = "GROUP_END"
+                    self._goto(m, "GROUP_END")
             self._guard(m, r)
         with m.State("GROUP_END"):
             m.d.comb += self.group_done.eq(1)

@@ -334,22 +334,27 @@ class GroupController(wiring.Component):
         # several output-channel chunks copies its DRAM input into the staging buffer (offset
         # 0 of the lowest buffer holding neither output nor shortcut) during the first chunk,
         # and the later chunks read it there: DRAM delivers the input once.
-        in_from_stage = g.staged & (g.ob_base != 0)
+        # The input reader's operands take one gate after group and instruction registers:
+        # its local flag gates the commands the arbiter grants.
+        in_from_stage = g.from_stage
 
         def occupied(space):
             return ((instr.output.space == space)
                     | ((instr.shortcut.space == space) & (instr.eltwise != Eltwise.NONE)))
-        stage_space = Mux(~occupied(MemSpace.BUF0), MemSpace.BUF0,
-                          Mux(~occupied(MemSpace.BUF1), MemSpace.BUF1, MemSpace.BUF2))
+        # A register: the instruction is final several states before the compute phase.
+        stage_space = Signal(MemSpace)
+        m.d.sync += stage_space.eq(Mux(~occupied(MemSpace.BUF0), MemSpace.BUF0,
+                                       Mux(~occupied(MemSpace.BUF1), MemSpace.BUF1,
+                                           MemSpace.BUF2)))
         in_space = Mux(in_from_stage, stage_space, instr.input.space)
         m.d.comb += [
             buffers.input_space.eq(in_space),
             buffers.shortcut_space.eq(instr.shortcut.space),
             buffers.o_space.eq(instr.output.space),
             buffers.stage_space.eq(stage_space),
-            u.reader.local.eq(in_space != MemSpace.DRAM),
+            u.reader.local.eq(in_from_stage | (instr.input.space != MemSpace.DRAM)),
             u.reader.offset.eq(Mux(in_from_stage, 0, instr.input.offset)),
-            u.reader.stage.eq(g.staged & (g.ob_base == 0)),
+            u.reader.stage.eq(g.staged & ~in_from_stage),
             u.reader.channel_table.eq(g.has_ct),
         ]
 

@@ -14,7 +14,7 @@ from sfnpu.config import MAX_KERNEL, HwConfig
 from ..conv_array import depthwise_taps, weight_step_layout
 from ..dma import Direction
 from ..fifo import BlockRamFIFO
-from .common import log2, one_hot
+from .common import fifo_room, log2, one_hot
 
 __all__ = ["WeightStore", "WeightReplay", "WeightStream"]
 
@@ -297,13 +297,14 @@ class WeightStream(wiring.Component):
         ws_row = Signal(12)
         ws_addr = Signal(aw)
         ws_done = Signal()
-        ws_outstanding = Signal(range(4 * set_steps + 1))
         ws_set_bytes = Signal(24)
         m.d.comb += ws_set_bytes.eq(steps << log2(Ti * To))
         cmd = self.cmd
+        granted_steps = Signal.like(steps)
+        room = fifo_room(m, fifo, steps, granted_steps, flush=self.flush, start=self.start,
+                         name="ws")
         m.d.comb += [
-            cmd.valid.eq(self.compute & self.streaming & ~ws_done & (
-                fifo.level + ws_outstanding + steps <= 2 * set_steps)),
+            cmd.valid.eq(self.compute & self.streaming & ~ws_done & room),
             cmd.payload.address.eq(ws_addr), cmd.payload.length.eq(ws_set_bytes),
             cmd.payload.direction.eq(Direction.READ),
         ]
@@ -320,12 +321,8 @@ class WeightStream(wiring.Component):
                              ws_addr.eq(self.base + instr.weights.offset)]
                 with m.If(ws_row + 1 == self.conv_h):
                     m.d.sync += ws_done.eq(1)
-        with m.If(self.flush | self.start):
-            m.d.sync += ws_outstanding.eq(0)
-        with m.Else():
-            m.d.sync += ws_outstanding.eq(ws_outstanding + Mux(grant, steps, 0)
-                                          - Mux(push, 1, 0))
-        m.d.comb += [fifo.w_data.eq(self.words.payload), fifo.w_en.eq(push)]
+        m.d.comb += [granted_steps.eq(Mux(grant, steps, 0)),
+                     fifo.w_data.eq(self.words.payload), fifo.w_en.eq(push)]
 
         # The block of the step at the FIFO's head, for its weight zero points.
         out = self.o_stream
