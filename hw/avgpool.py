@@ -509,7 +509,8 @@ class AvgPool(wiring.Component):
         outputs_end = Mux(row_walked, rows.oy + 1 == self.out_h, rows.outputs_done)
         with m.If(inputs_end & outputs_end):
             m.d.sync += [rows.rows_in.eq(0), rows.in_slot.eq(0), rows.oy.eq(0), rows.w.eq(0),
-                         rows.storable.eq(_MAX_KERNEL), rows.w_slot.eq(0)]
+                         rows.storable.eq(_MAX_KERNEL), rows.w_slot.eq(0),
+                         rows.needed.eq(self._needed(0))]
 
         # The requantisers' stages and the output register run freely; their beats wait in
         # ``held``, whose handshakes are those of the stages held as a whole while the output
@@ -565,8 +566,12 @@ class AvgPool(wiring.Component):
         u = Signal(signed(16))
         m.d.comb += u.eq(w - self.pad)
         outputs_done = oy == self.out_h
-        needed = Signal(signed(16))                            # rows output row oy needs
-        m.d.comb += needed.eq(Mux(u + self.kernel < self.in_h, u + self.kernel, self.in_h))
+        # Rows output row oy needs: a register set with w (:meth:`_needed`), so the walker's
+        # start test compares two registers. It follows the configuration a cycle late, which
+        # no start sees: rows_in is 0 from the group's end until its input comes, and the
+        # register is at least 1.
+        needed = Signal(signed(16), init=1)
+        m.d.sync += needed.eq(self._needed(w))
         # Rows that may be stored: up to two after output row oy's first row (the three buffers
         # hold rows max(u, 0) … max(u, 0) + 2; its window rows stay untouched). A register
         # set with w (:meth:`_storable`), so that the input's ready starts at a flip-flop and
@@ -767,6 +772,13 @@ class AvgPool(wiring.Component):
             with m.Else():
                 m.d.sync += walk.walk_column.eq(walk.walk_column + 1)
 
+    def _needed(self, w):
+        """The input rows output row oy needs once its first window row is ``w − pad``
+        (at least 1: the window's last row is row 0 or later)."""
+        end = w - self.pad + self.kernel
+        needed = Mux(end < self.in_h, end, self.in_h)
+        return Mux(needed < 1, 1, needed)
+
     def _storable(self, w):
         """The rows that may be stored once output row oy's first window row is ``w − pad``."""
         u = w - self.pad
@@ -784,6 +796,7 @@ class AvgPool(wiring.Component):
                     segment.eq(0), segment_base.eq(0),
                     rows.oy.eq(rows.oy + 1), rows.w.eq(rows.w + self.stride),
                     rows.storable.eq(self._storable(rows.w + self.stride)),
+                    rows.needed.eq(self._needed(rows.w + self.stride)),
                     rows.w_slot.eq(Mux(w_slot_sum >= _MAX_KERNEL,
                                        w_slot_sum - _MAX_KERNEL, w_slot_sum)),
                 ]

@@ -234,13 +234,14 @@ class _ReaderPosition:
 
 
 class _WindowRegister:
-    """A window-register grid: words, their padding flags, and the bank of kernel row 0."""
+    """A window-register grid: words, their padding flags (if ``pads``), and the bank of
+    kernel row 0."""
 
-    def __init__(self, name: str, lanes: int):
+    def __init__(self, name: str, lanes: int, pads: bool = True):
         self.words = [[Signal(unsigned(8 * lanes), name=f"{name}_{r}_{c}", reset_less=True)
                        for c in range(MAX_KERNEL)] for r in range(_WINDOW_ROWS)]
         self.pads = [[Signal(name=f"{name}_pad_{r}_{c}", reset_less=True)
-                      for c in range(MAX_KERNEL)] for r in range(_WINDOW_ROWS)]
+                      for c in range(MAX_KERNEL)] for r in range(_WINDOW_ROWS)] if pads else None
         self.b0 = Signal(range(ROW_BUFFER_ROWS), name=f"{name}_b0")
 
 
@@ -315,7 +316,9 @@ class RowBuffer(wiring.Component):
             m, start, issue, r1_valid, r1_load, reader, last_column, pads)
 
         # -- window register: columns shift in from the right --------------------------------------
-        fill, hold = _WindowRegister("fill", self.lanes), _WindowRegister("hold", self.lanes)
+        # The hold register keeps no padding flags: a padded word is the zero point there.
+        fill = _WindowRegister("fill", self.lanes)
+        hold = _WindowRegister("hold", self.lanes, pads=False)
         fill_valid = Signal()         # fill holds a complete window not yet moved to hold
         hold_valid = Signal()
         hold_valid_next = Signal()
@@ -585,8 +588,8 @@ class RowBuffer(wiring.Component):
         with m.If(transfer):
             for r in range(_WINDOW_ROWS):
                 for c in range(MAX_KERNEL):
-                    m.d.sync += [hold.words[r][c].eq(fill.words[r][c]),
-                                 hold.pads[r][c].eq(fill.pads[r][c])]
+                    m.d.sync += hold.words[r][c].eq(
+                        Mux(fill.pads[r][c], self._zero_word(), fill.words[r][c]))
             m.d.sync += hold.b0.eq(fill.b0)
         step_next = Signal.like(step)
         m.d.comb += [
@@ -596,6 +599,10 @@ class RowBuffer(wiring.Component):
         ]
         m.d.sync += [hold_valid.eq(hold_valid_next), step.eq(step_next)]
         return step, last_step, step_next == final_step_next
+
+    def _zero_word(self):
+        """A word of the input's zero point in every lane: padding."""
+        return Cat(*([self.params.zero_point] * self.lanes))
 
     def _handshake(self, m, r1_consume, transfer, emit, following):
         """The window path's handshake: a step leaves the hold register (``emit``), a
@@ -638,7 +645,7 @@ class RowBuffer(wiring.Component):
                     m.d.comb += [step_rows.eq(Mux(prm.depthwise, taps // kw, 1 // kw)),
                                  step_cols.eq(Mux(prm.depthwise, taps % kw, 1 % kw))]
         max_ky = MAX_KERNEL * MAX_KERNEL + taps
-        zero_word = Cat(*([prm.zero_point] * lanes))
+        zero_word = self._zero_word()
         # The hold register as a power-of-two grid indexed by Cat(column, row): each tap is a
         # binary mux tree (a one-hot case statement would cost several times the logic).
         row_bits, col_bits = (_WINDOW_ROWS - 1).bit_length(), (cols - 1).bit_length()
@@ -647,7 +654,7 @@ class RowBuffer(wiring.Component):
             return Cat(*(cells[r][c] if r < _WINDOW_ROWS and c < cols else Const(0, width)
                          for r in range(1 << row_bits) for c in range(1 << col_bits)))
 
-        hold_words, hold_pads = grid(hold.words, word_shape.width), grid(hold.pads, 1)
+        hold_words = grid(hold.words, word_shape.width)
         b0_next = Mux(transfer, fill.b0, hold.b0)
         for s in range(taps):
             ky = Signal(range(max_ky), name=f"slot_{s}_ky")
@@ -676,8 +683,7 @@ class RowBuffer(wiring.Component):
                          valid.eq((ky_next < prm.kh) & (prm.depthwise | (s == 0)))]
             with m.If(emit):
                 m.d.sync += out.payload.taps[s].as_value().eq(
-                    Mux(valid & ~hold_pads.bit_select(index, 1),
-                        hold_words.word_select(index, word_shape.width), zero_word))
+                    Mux(valid, hold_words.word_select(index, word_shape.width), zero_word))
         with m.If(emit):
             m.d.sync += [out.payload.first.eq(step == 0), out.payload.last.eq(last_step)]
         out_valid_next = Signal()
