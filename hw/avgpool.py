@@ -232,10 +232,15 @@ class SumLane(wiring.Component):
         m = Module()
         # A: d = x − x_zp and the exact product |d|·M (registered: the code comes from a
         # block RAM's output).
-        d = Signal(signed(10))
-        m.d.comb += d.eq(Mux(self.in_signed, self.code.as_signed(), self.code) - self.x_zp)
+        # |d| as the one of x − x_zp and x_zp − x that is not negative: the two differences
+        # side by side, not a negation behind the difference (one carry chain in front of the
+        # multiplier, not two).
+        x = Signal(signed(9))
+        d, reverse = Signal(signed(10)), Signal(signed(10))
+        m.d.comb += [x.eq(Mux(self.in_signed, self.code.as_signed(), self.code)),
+                     d.eq(x - self.x_zp), reverse.eq(self.x_zp - x)]
         d_magnitude = Signal(9)
-        m.d.comb += d_magnitude.eq(Mux(d < 0, -d, d))
+        m.d.comb += d_magnitude.eq(Mux(d < 0, reverse, d))
         product = Signal(_V_BITS)
         negative = Signal()
         m.d.sync += [product.eq(d_magnitude * self.x_significand), negative.eq(d < 0)]

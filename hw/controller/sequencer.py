@@ -200,12 +200,20 @@ class Sequencer(wiring.Component):
             # The store checks' products, registered every cycle and compared in DIVIDE's
             # last cycle: no multiplier between the instruction and the FSM's state.
             overflow=Signal(),                          # the capacity checks
+            sc_area=Signal(24),                         # conv_h·conv_w
         )
-        # The operand extents: products of DECODE/DECODE2 registers in two register stages,
-        # formed every cycle and read in DIVIDE's last cycle (DIVIDE lasts a cycle per
-        # quotient bit, at least two, then that one).
-        assert self.sizes.row_words.bit_length() >= 2
         g = self.group
+        # Products of DECODE's registers, registered every cycle (final from DIVIDE on):
+        # unconditional, so synthesis shares no multiplier with DECODE's products (a shared
+        # one takes its operands through a multiplexer on the state register).
+        m.d.sync += [r.weight_steps.eq(g.sets * g.steps),
+                     g.block_words.eq(g.ib_count * g.steps),
+                     r.sc_area.eq(g.conv_h * g.conv_w)]
+        # The operand extents: products of group registers in two register stages, formed
+        # every cycle and read in DIVIDE's last cycle. DIVIDE lasts a cycle per quotient bit,
+        # at least three, then that one: sc_plane, set in DIVIDE from sc_area, is final from
+        # its second cycle, its extent from the fourth.
+        assert self.sizes.row_words.bit_length() >= 3
         r.in_extent = split_product(m, g.in_blocks, g.in_plane, "in_extent")
         r.out_extent = split_product(m, g.out_block0 + g.out_blocks, g.out_plane, "out_extent")
         r.sc_extent = split_product(m, g.out_blocks, g.sc_plane, "sc_extent")
@@ -453,10 +461,6 @@ class Sequencer(wiring.Component):
         self._capacity(m, r)
         with m.State("DECODE2"):
             m.d.sync += [
-                r.weight_steps.eq(g.sets * g.steps),
-                g.block_words.eq(g.ib_count * g.steps),
-                g.sc_plane.eq(Mux(eltwise_reads_map(instr.eltwise),
-                                  (g.conv_h * g.conv_w) << log2(L), L)),
                 g.sc_row_bytes.eq(g.conv_w << log2(L)),
                 g.mult_off.eq(g.param_cp << 2),
                 g.wzp_off.eq(g.param_cp << 3),
@@ -537,6 +541,8 @@ class Sequencer(wiring.Component):
         out_local = instr.output.space != MemSpace.DRAM
         sc_local = instr.shortcut.space != MemSpace.DRAM
         with m.State("DIVIDE"):
+            m.d.sync += g.sc_plane.eq(Mux(eltwise_reads_map(instr.eltwise), r.sc_area << log2(L),
+                                          L))
             # places = ⌊row_words_max / row_words⌋, one quotient bit per cycle.
             with m.If(r.div_bit == 0):
                 too_big = r.weight_steps > sizes.weight_words
