@@ -130,26 +130,31 @@ def split_product(m, a, b, name: str) -> Signal:
     return product
 
 
-def fifo_room(m, fifo, words, granted, *, flush, start, counted=1, name="room"):
+def fifo_room(m, fifo, words, granted, *, flush, start, counted=None, name="room"):
     """Whether ``fifo`` has room for ``words`` more words besides those in it or commanded
     (an agent's request test), from registers only: no adder sits in front of the command
     arbiter, and the FIFO's reader (often the end of a long ready chain) reaches a single
     flip-flop.
 
     The words in or commanded are one register, the FIFO's level plus those in flight
-    (``granted`` at a grant, counted out as they are pushed where ``counted``), less the
-    word read in the cycle before (``popped``, a register of its own, taken out a cycle
-    later). Nothing is in flight at ``start`` and after ``flush`` (the FIFO's reset).
-    ``words`` is final before ``start``, so the limits are registers too."""
+    (``granted`` at a grant), less the word read in the cycle before (``popped``, a register
+    of its own, taken out a cycle later). A pushed word was in flight (``counted=None``):
+    it moves into the FIFO and the sum stays, so the read data's path (from the DRAM's
+    read queue through the DMA and the router) does not reach the register. Otherwise
+    ``counted`` says which pushed words were in flight; the others add to the sum. Nothing
+    is in flight at ``start`` (the last compute phase ended with all its reads in) and after
+    ``flush`` (the FIFO's reset). ``words`` is final before ``start``, so the limits are
+    registers too. Words are requested only with room for them, so a push never finds the
+    FIFO full."""
     committed = Signal(range(2 * fifo.depth + 2), name=f"{name}_committed")
     popped = Signal(name=f"{name}_popped")
-    pushed = fifo.w_en & fifo.w_rdy
+    arrived = 0 if counted is None else fifo.w_en & fifo.w_rdy & ~counted
     with m.If(flush):
         m.d.sync += committed.eq(0)
     with m.Elif(start):
-        m.d.sync += committed.eq(fifo.level + pushed)
+        m.d.sync += committed.eq(fifo.level + arrived)
     with m.Else():
-        m.d.sync += committed.eq(committed - popped + granted + pushed - (fifo.w_en & counted))
+        m.d.sync += committed.eq(committed - popped + granted + arrived)
     m.d.sync += popped.eq(fifo.r_rdy & fifo.r_en & ~flush)
     # committed − popped ≤ depth − words, with popped a bit.
     limit = Signal(range(fifo.depth + 1), name=f"{name}_limit")
