@@ -125,7 +125,7 @@ class BoardSystem(wiring.Component):
             word_bits=memory.word_bits, csr_addr_width=CSR_ADDR_WIDTH)
         if self.with_accelerator:
             m.submodules.accel = accel = Accelerator(cfg, addr_width=32)
-            for channel in ("aw", "b", "ar", "r"):
+            for channel in ("aw", "b", "ar"):
                 wiring.connect(m, getattr(accel.bus, channel), getattr(memory.bus, channel))
             # The W channel through a skid buffer: the SDRAM controller's W ready is deep
             # logic (open-row compares, timers, the burst state), and the DMA's write path
@@ -133,6 +133,12 @@ class BoardSystem(wiring.Component):
             m.submodules.w_slice = w_slice = SkidBuffer(accel.bus.w.payload.shape())
             wiring.connect(m, accel.bus.w, w_slice.i_stream)
             wiring.connect(m, w_slice.o_stream, memory.bus.w)
+            # The R channel too: a read beat left the memory's read queue (a multiplexer on
+            # its read pointer) and ran through the DMA and the router into the weight and
+            # input FIFOs' write ports in one cycle.
+            m.submodules.r_slice = r_slice = SkidBuffer(accel.bus.r.payload.shape())
+            wiring.connect(m, memory.bus.r, r_slice.i_stream)
+            wiring.connect(m, r_slice.o_stream, accel.bus.r)
             wiring.connect(m, bridge.csr, accel.csr)
             m.d.comb += self.irq.eq(accel.irq)
         wiring.connect(m, bridge.mem, memory.host)

@@ -86,11 +86,11 @@ class BlockRamFIFO(Elaboratable, FIFOInterface):
         # port can read it: it comes from a register. That is the case exactly when the
         # queue holds one entry and the last cycle wrote (a test of registers only), and
         # it is the only read that can collide with a write, so its value is never used.
+        # The register loads every cycle (it is read only in the cycle after a write): the
+        # write enable, at the end of the producer's handshake, has no wide fan-out.
         wrote = Signal()
         last_written = Signal(self.width)
-        m.d.sync += wrote.eq(do_write)
-        with m.If(do_write):
-            m.d.sync += last_written.eq(self.w_data)
+        m.d.sync += [wrote.eq(do_write), last_written.eq(self.w_data)]
         m.d.comb += self.r_data.eq(Mux(wrote & (self.level == 1), last_written, head))
         with m.If(do_write):
             m.d.sync += produce.eq(following(produce))

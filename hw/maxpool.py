@@ -99,7 +99,8 @@ class MaxPool(wiring.Component):
 
     Configuration may change only between groups: once every input beat has been accepted
     and every output beat delivered (inputs past the last window are still consumed
-    after the last output).
+    after the last output). The first beat comes a cycle after the configuration at the
+    earliest (the window bounds derived from it are registers).
 
     Timing: one input beat per cycle, except where several windows end at the last pixel of a
     segment (padding, ceil mode): each one after the first costs a cycle without input (at most
@@ -191,9 +192,9 @@ class MaxPool(wiring.Component):
         h_data = Signal(beat_layout)
         h_ready = Signal()
 
-        h_axis = _WindowAxis(h_position, self.in_w, self.kernel, self.pad, "h")
+        h_axis = _WindowAxis(m, h_position, self.in_w, self.kernel, self.pad, "h")
         h_outputs_done = h_count == self.out_w
-        h_has_input = h_position < self.in_w
+        h_has_input = h_position <= h_axis.last
         h_emit_wanted = ~h_outputs_done & h_axis.at_or_after_end
         h_emit_uses_input = h_emit_wanted & h_axis.up_to_end
         h_accept_wanted = h_has_input & (h_outputs_done | h_axis.up_to_end)
@@ -243,7 +244,7 @@ class MaxPool(wiring.Component):
         # blocks also the column in the segment and the segment, to find the row's end.
         column = Signal(range(self.max_row_pixels))
 
-        v_axis = _WindowAxis(v_position, self.in_h, self.kernel, self.pad, "v")
+        v_axis = _WindowAxis(m, v_position, self.in_h, self.kernel, self.pad, "v")
         v_outputs_done = v_count == self.out_h
         # Whether the row takes input, a register (it is on the input's ready): set at a row's
         # end from the next row's state; 1 at the start of a group, for any configuration
@@ -302,7 +303,7 @@ class MaxPool(wiring.Component):
         with m.If(row_end):
             group_done = (next_v_position == self.in_h) & (next_v_count == self.out_h)
             emitted_stride = Mux(row_emits, self.stride, 0)
-            next_takes_input = (next_v_position < self.in_h) & (
+            next_takes_input = (next_v_position <= v_axis.last) & (
                 (next_v_count == self.out_h)
                 | v_axis.up_to_end_at(next_v_position,
                                       v_axis.next_rel(row_takes_input, emitted_stride)))
@@ -352,23 +353,30 @@ class _WindowAxis:
     of a row or segment, as both are), instead of *o*'s bounds: with ``reach = kernel − 1 −
     pad``, ``p ≤ end`` is ``rel ≤ reach`` and ``p ≤ size − 1``, ``p ≥ end`` is ``rel ≥ reach``
     or ``p ≥ size − 1``, and the element ``d`` back lies in the window when ``p ≥ d`` and
-    ``rel + pad ≥ d``. No window bound is computed from the configuration on the stages'
-    handshakes."""
+    ``rel ≥ d − pad``. ``reach``, ``size − 1`` and ``d − pad`` are registers formed from the
+    configuration every cycle (never reset): no window bound is computed on the stages'
+    handshakes. They follow the configuration a cycle late, which no beat sees: a stage
+    takes its first beat in the cycle after the configuration is set at the earliest."""
 
-    def __init__(self, position, size, kernel, pad, name):
-        self.position, self.size, self.pad = position, size, pad
+    def __init__(self, m, position, size, kernel, pad, name):
+        self.position = position
         self.rel = Signal(signed(16), name=f"{name}_rel")
-        self.reach = reach = kernel - 1 - pad
+        self.reach = Signal(signed(4), name=f"{name}_reach", reset_less=True)
+        self.last = Signal.like(size, name=f"{name}_last", reset_less=True)
+        self.cover = {d: Signal(signed(4), name=f"{name}_cover_{d}", reset_less=True)
+                      for d in (1, 2)}
+        m.d.sync += [self.reach.eq(kernel - 1 - pad), self.last.eq(size - 1),
+                     *(threshold.eq(d - pad) for d, threshold in self.cover.items())]
         self.up_to_end = self.up_to_end_at(position, self.rel)
-        self.at_or_after_end = (self.rel >= reach) | (position >= size - 1)
+        self.at_or_after_end = (self.rel >= self.reach) | (position >= self.last)
 
     def up_to_end_at(self, position, rel):
         """``p ≤ end`` for position ``position`` with ``rel`` (values of the next cycle, say)."""
-        return (rel <= self.reach) & (position <= self.size - 1)
+        return (rel <= self.reach) & (position <= self.last)
 
     def covered(self, distance: int):
         """The element ``distance`` positions back lies in the window."""
-        return (self.position >= distance) & (self.rel + self.pad >= distance)
+        return (self.position >= distance) & (self.rel >= self.cover[distance])
 
     def next_rel(self, arrived, emitted_stride):
         """``rel`` once ``p`` moved on by ``arrived`` and *o*·stride by ``emitted_stride``."""
