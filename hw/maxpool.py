@@ -226,7 +226,9 @@ class MaxPool(wiring.Component):
             m.d.sync += h_valid.eq(0)
         next_h_position = h_position + h_accept
         next_h_count = h_count + h_emit
-        segment_done = (next_h_position == self.in_w) & (next_h_count == self.out_w)
+        segment_done = (_steps_to(h_position, h_accept, self.in_w, h_axis.last)
+                        & _steps_to(h_count, h_emit, self.out_w,
+                                    _config_register(m, self.out_w - 1, "h_count_last")))
         with m.If(segment_done):
             m.d.sync += [h_position.eq(0), h_count.eq(0)]
         with m.Else():
@@ -300,13 +302,18 @@ class MaxPool(wiring.Component):
         next_v_count = v_count + row_emits
         with m.If(take):
             m.d.sync += column.eq(Mux(row_end, 0, column + 1))
+        # The next row's tests from the current state, side by side: no adder on them.
+        next_outputs_done = _steps_to(v_count, row_emits, self.out_h,
+                                      _config_register(m, self.out_h - 1, "v_count_last"))
+        group_done = next_outputs_done & _steps_to(v_position, row_takes_input, self.in_h,
+                                                   v_axis.last)
+        next_has_input = Mux(row_takes_input, v_position < v_axis.last,
+                             v_position <= v_axis.last)
+        next_takes_input = next_has_input & (
+            next_outputs_done
+            | v_axis.next_rel_up_to_reach(m, row_takes_input, row_emits, self.stride))
         with m.If(row_end):
-            group_done = (next_v_position == self.in_h) & (next_v_count == self.out_h)
             emitted_stride = Mux(row_emits, self.stride, 0)
-            next_takes_input = (next_v_position <= v_axis.last) & (
-                (next_v_count == self.out_h)
-                | v_axis.up_to_end_at(next_v_position,
-                                      v_axis.next_rel(row_takes_input, emitted_stride)))
             with m.If(group_done):
                 m.d.sync += [v_position.eq(0), v_count.eq(0), row_takes_input.eq(1)]
             with m.Else():
@@ -345,6 +352,20 @@ class MaxPool(wiring.Component):
         return row_end
 
 
+def _config_register(m, value, name):
+    """``value``, formed from the configuration, as a register loaded every cycle (never
+    reset, so it follows a new configuration a cycle late; see :class:`_WindowAxis`)."""
+    register = Signal.like(value, name=name, reset_less=True)
+    m.d.sync += register.eq(value)
+    return register
+
+
+def _steps_to(counter, step, size, size_less_one):
+    """``counter + step == size`` from two equalities formed side by side (``step`` is the
+    late signal: a handshake)."""
+    return Mux(step, counter == size_less_one, counter == size)
+
+
 class _WindowAxis:
     """The window rule of the module docstring along one axis, for the position ``p``
     arriving now and the next output window *o* (first position ``o·stride − pad``).
@@ -361,18 +382,23 @@ class _WindowAxis:
     def __init__(self, m, position, size, kernel, pad, name):
         self.position = position
         self.rel = Signal(signed(16), name=f"{name}_rel")
-        self.reach = Signal(signed(4), name=f"{name}_reach", reset_less=True)
-        self.last = Signal.like(size, name=f"{name}_last", reset_less=True)
-        self.cover = {d: Signal(signed(4), name=f"{name}_cover_{d}", reset_less=True)
+        self.name, self.kernel, self.pad = name, kernel, pad
+        self.reach = _config_register(m, (kernel - 1 - pad).as_signed(), f"{name}_reach")
+        self.last = _config_register(m, (size - 1)[:len(size)], f"{name}_last")
+        self.cover = {d: _config_register(m, (d - pad).as_signed(), f"{name}_cover_{d}")
                       for d in (1, 2)}
-        m.d.sync += [self.reach.eq(kernel - 1 - pad), self.last.eq(size - 1),
-                     *(threshold.eq(d - pad) for d, threshold in self.cover.items())]
-        self.up_to_end = self.up_to_end_at(position, self.rel)
+        self.up_to_end = (self.rel <= self.reach) & (position <= self.last)
         self.at_or_after_end = (self.rel >= self.reach) | (position >= self.last)
 
-    def up_to_end_at(self, position, rel):
-        """``p ≤ end`` for position ``position`` with ``rel`` (values of the next cycle, say)."""
-        return (rel <= self.reach) & (position <= self.last)
+    def next_rel_up_to_reach(self, m, arrived, emitted, stride):
+        """``next_rel(arrived, emitted · stride) ≤ reach``: ``rel`` against four thresholds
+        (registers) side by side, one picked by the two late signals."""
+        def threshold(a, e):
+            value = (self.kernel - 1 - self.pad - a + (stride if e else 0)).as_signed()
+            return _config_register(m, value, f"{self.name}_reach_{a}{e}")
+        up_to = {(a, e): self.rel <= threshold(a, e) for a in (0, 1) for e in (0, 1)}
+        return Mux(arrived, Mux(emitted, up_to[1, 1], up_to[1, 0]),
+                   Mux(emitted, up_to[0, 1], up_to[0, 0]))
 
     def covered(self, distance: int):
         """The element ``distance`` positions back lies in the window."""
