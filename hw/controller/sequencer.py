@@ -196,7 +196,7 @@ class Sequencer(wiring.Component):
             psum_held=Signal(),
             # Restoring division places = ⌊row_words_max / row_words⌋.
             div_rem=Signal(range(2 * self.sizes.row_words + 1)),
-            div_bit=Signal(range(self.sizes.row_words.bit_length() + 1)),
+            div_bit=Signal(range(self.quotient_bits(self.sizes) + 1)),
             # The store checks' products, registered every cycle and compared in DIVIDE's
             # last cycle: no multiplier between the instruction and the FSM's state.
             overflow=Signal(),                          # the capacity checks
@@ -241,6 +241,21 @@ class Sequencer(wiring.Component):
 
     #: States whose decode is a register (high exactly in the state), named by the port.
     _PHASES = {"start_compute": "COMPUTE_START", "compute": "COMPUTE"}
+
+    #: One-cycle states between an instruction's fetch and DIVIDE: FETCH_ALIGN, DECODE and
+    #: DECODE2.
+    DECODE_STATES = 3
+
+    @staticmethod
+    def quotient_bits(sizes) -> int:
+        """DIVIDE's quotient bits, a cycle each: places = ⌊row_words_max / row_words⌋."""
+        return sizes.row_words.bit_length()
+
+    @classmethod
+    def decode_cycles(cls, sizes) -> int:
+        """Cycles from the instruction's fetch to the state after DIVIDE (the cycle model's
+        count): the decode states, a cycle per quotient bit and DIVIDE's last."""
+        return cls.DECODE_STATES + cls.quotient_bits(sizes) + 1
 
     def _goto(self, m, state):
         """``m.next = state`` on a transition into or out of a phase state
@@ -464,7 +479,7 @@ class Sequencer(wiring.Component):
                 g.sc_row_bytes.eq(g.conv_w << log2(L)),
                 g.mult_off.eq(g.param_cp << 2),
                 g.wzp_off.eq(g.param_cp << 3),
-                r.div_rem.eq(sizes.row_words), r.div_bit.eq(sizes.row_words.bit_length()),
+                r.div_rem.eq(sizes.row_words), r.div_bit.eq(self.quotient_bits(sizes)),
                 g.places.eq(0),
                 # kh > places·ROW_BUFFER_ROWS ⇔ places < ⌈kh / ROW_BUFFER_ROWS⌉
                 r.kernel_places.eq((instr.kh + ROW_BUFFER_ROWS - 1) // ROW_BUFFER_ROWS),

@@ -72,6 +72,7 @@ class CycleModel(DmaTiming):
         from sfnpu.hw.conv_array import array_latency
         from sfnpu.hw.requant import Requantizer
         from sfnpu.hw.controller.accumulator import Accumulator
+        from sfnpu.hw.controller.sequencer import Sequencer
 
         super().__init__(config)
         self.L = config.lanes
@@ -88,6 +89,8 @@ class CycleModel(DmaTiming):
         # the datapath's busy array_latency + 1 cycles after that (its in_flight shift
         # register), compute_done in that cycle (+ 1: the cycle count).
         self.drain_latency = 1 + 2 + array_latency(config) + 1 + 1
+        # FETCH_ALIGN … DIVIDE, after the instruction's read.
+        self.decode_cycles = Sequencer.decode_cycles(self.sizes)
         # The same from the cycle the row buffer holds the input's last row, when no window
         # reads it: its busy falls a cycle later.
         self.rows_drain_latency = 1 + array_latency(config) + 1 + 1
@@ -183,10 +186,10 @@ class CycleModel(DmaTiming):
                 cycles, n = self.control_read(address, length)
                 control += cycles + 1                         # + HEADER_CHECK / TABLE_CHECK
                 read += n * B
-        # FETCH, FETCH_ALIGN, DECODE, DECODE2, DIVIDE (one quotient bit per cycle, + 1).
+        # FETCH, then FETCH_ALIGN … DIVIDE.
         cycles, n = self.control_read(base + fetch_address, isa.WORDS * 4)
         read += n * B
-        control += cycles + 3 + self.row_words_max.bit_length() + 1
+        control += cycles + self.decode_cycles
         if s.chunk_obs != s.out_blocks:                      # CHUNK: one block per cycle
             control += s.chunk_obs + 1
         # PARAM: every store takes a beat per cycle (the activation tables too).
