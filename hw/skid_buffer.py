@@ -3,14 +3,14 @@
 :class:`~sfnpu.hw.stream_register.StreamRegister` cuts a stream's data and valid but passes
 ``ready`` through; a slave whose ``ready`` is deep logic (the SDRAM controller's W channel:
 open-row compares, timers, the burst state) then extends the master's paths. The skid buffer
-cuts both directions: ``i_stream.ready`` is "the skid slot is empty", a register, and a beat
-taken while the output stalls waits in the skid slot. A beat per cycle at full rate, one cycle
+cuts both directions: ``i_stream.ready`` is "a slot is free", a register, and a beat taken
+while the output stalls waits in the second slot. A beat per cycle at full rate, one cycle
 of latency.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 
 from .stream_register import StreamRegister
 
@@ -19,22 +19,32 @@ __all__ = ["SkidBuffer"]
 
 class SkidBuffer(StreamRegister):
     """:class:`StreamRegister`'s ports and latency (one cycle when the output is not
-    stalled), with ``i_stream.ready`` a register: high while the skid slot is empty.
-    ``o_stream``'s ``valid`` and ``payload`` are registers."""
+    stalled), with ``i_stream.ready`` a register: high while a slot is free.
+
+    The beats wait in two slots written and read in turn, so ``o_stream.ready`` drives only
+    the read pointer and the occupancy flags: no slot's enable waits for it (a ready at the
+    end of deep logic would otherwise reach every payload bit's enable). ``o_stream.valid``
+    is a register and ``o_stream.payload`` the slot the read pointer (a register) picks."""
 
     def elaborate(self, platform):
         m = Module()
         i, o = self.i_stream, self.o_stream
-        skid_valid = Signal()
-        skid = Signal.like(i.payload)
-        m.d.comb += i.ready.eq(~skid_valid)
-        taken = i.valid & i.ready
-        with m.If(~o.valid | o.ready):
-            # The output slot is free after this cycle: the skid slot's beat first.
-            with m.If(skid_valid):
-                m.d.sync += [o.payload.eq(skid), o.valid.eq(1), skid_valid.eq(0)]
-            with m.Else():
-                m.d.sync += [o.payload.eq(i.payload), o.valid.eq(taken)]
-        with m.Elif(taken):
-            m.d.sync += [skid.eq(i.payload), skid_valid.eq(1)]
+        slots = [Signal.like(i.payload, name=f"slot_{k}") for k in range(2)]
+        write, read = Signal(), Signal()           # the slot written next, the head
+        full = Signal()
+        m.d.comb += [i.ready.eq(~full), o.payload.eq(Mux(read, slots[1], slots[0]))]
+        taken = i.valid & ~full
+        given = o.valid & o.ready
+        with m.If(taken):
+            m.d.sync += write.eq(~write)
+            for k, slot in enumerate(slots):
+                with m.If(write == k):
+                    m.d.sync += slot.eq(i.payload)
+        with m.If(given):
+            m.d.sync += read.eq(~read)
+        # Occupancy 0, 1 or 2 as (valid, full).
+        with m.If(taken & ~given):
+            m.d.sync += [o.valid.eq(1), full.eq(o.valid)]
+        with m.Elif(given & ~taken):
+            m.d.sync += [full.eq(0), o.valid.eq(full)]
         return m
