@@ -394,6 +394,8 @@ class _WindowAxis:
         """``next_rel(arrived, emitted · stride) ≤ reach``: ``rel`` against four thresholds
         (registers) side by side, one picked by the two late signals."""
         def threshold(a, e):
+            if (a, e) == (0, 0):
+                return self.reach
             value = (self.kernel - 1 - self.pad - a + (stride if e else 0)).as_signed()
             return _config_register(m, value, f"{self.name}_reach_{a}{e}")
         up_to = {(a, e): self.rel <= threshold(a, e) for a in (0, 1) for e in (0, 1)}
