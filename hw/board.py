@@ -135,8 +135,11 @@ class BoardSystem(wiring.Component):
             wiring.connect(m, w_slice.o_stream, memory.bus.w)
             # The R channel too: a read beat left the memory's read queue (a multiplexer on
             # its read pointer) and ran through the DMA and the router into the weight and
-            # input FIFOs' write ports in one cycle.
-            m.submodules.r_slice = r_slice = SkidBuffer(accel.bus.r.payload.shape())
+            # input FIFOs' write ports in one cycle. Its payload is a register: the DMA's
+            # R ready is shallow, and the beat goes far (with two slots, their multiplexer
+            # stood at the near end of an 18 ns route into the input FIFO's block RAM).
+            m.submodules.r_slice = r_slice = SkidBuffer(accel.bus.r.payload.shape(),
+                                                        payload_register=True)
             wiring.connect(m, memory.bus.r, r_slice.i_stream)
             wiring.connect(m, r_slice.o_stream, accel.bus.r)
             wiring.connect(m, bridge.csr, accel.csr)
