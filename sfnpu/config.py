@@ -282,10 +282,10 @@ CONFIGS: dict[str, HwConfig] = {
         max_channels=4096, max_table_channels=1024),
 }
 #: What the ULX3S bitstream holds: ``ecp5`` with Ti = To = 4 and 16 KiB buffers, which fits
-#: the LFE5U-85F. ``ecp5`` itself (Ti = To = 8, 64 KiB buffers) synthesises to 190 MULT18X18D
-#: and 381 DP16KD — the part has 156 and 208: besides the MAC array, every lane has
-#: float32-exact requantisers and adders built from 18x18 multipliers, and each on-chip buffer
-#: is stored once per read port.
+#: the LFE5U-85F. ``ecp5`` itself (Ti = To = 8, 64 KiB buffers) synthesises to 199 MULT18X18D,
+#: 314 DP16KD and 92 k LUTs — the part has 156, 208 and 83 640: besides the MAC array, every
+#: lane has float32-exact requantisers and adders built from 18x18 multipliers
+#: (``sfnpu.resources.TERMS``).
 CONFIGS["ecp5-ulx3s"] = CONFIGS["ecp5"].replace(
     name="ecp5-ulx3s", ti=4, to=4, buffer_bytes=(16 * KiB,) * 3, psum_buffer_bytes=8 * KiB)
 

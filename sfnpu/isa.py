@@ -591,6 +591,10 @@ def validate(instr: Instruction) -> None:
                  "must be AFTER_ELTWISE (the default) without an element-wise stage")
         _require(i.shortcut == Location(), "shortcut", i.shortcut,
                  "must be unset without an element-wise stage")
+    else:
+        _require(i.shortcut.space == MemSpace.DRAM or i.shortcut.space != i.input.space,
+                 "shortcut", i.shortcut, "must not be in the input's on-chip buffer (each "
+                 "buffer has one read port; keep one of them in DRAM or another buffer)")
     _require(i.params.space == MemSpace.DRAM, "params", i.params,
              "the parameter block is read from DRAM")
 

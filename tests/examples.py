@@ -1,5 +1,5 @@
-"""A hand-assembled sample program: four groups covering both reuse modes, all three on-chip
-buffers, depthwise and normal convolution, a fused residual add, an activation table and global
+"""A hand-assembled sample program: four groups covering both reuse modes, on-chip buffers,
+depthwise and normal convolution, a fused residual add, an activation table and global
 pooling. It exercises the ISA, the layouts and the DRAM image end to end without the compiler,
 and serves as a fixture for the tests of those contracts.
 """
@@ -30,21 +30,21 @@ def _groups(channels: int, size: int) -> list[Instruction]:
     half = size // 2
     same3 = dict(kh=3, kw=3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
     return [
-        # Row reuse: 3×3 conv + ReLU (as a clamp at the zero point), DRAM → DRAM.
-        Instruction(conv=ConvKind.NORMAL, reuse=Reuse.ROW, **same3, in_h=size, in_w=size,
-                    in_c=3, out_h=size, out_w=size, out_c=channels, in_zp=128, out_zp=3,
-                    act=Activation.CLAMP, clamp_lo=3, clamp_hi=255),
-        # Frame reuse: depthwise 3×3 stride 2 + table activation, DRAM → buffer 0.
-        Instruction(conv=ConvKind.DEPTHWISE, reuse=Reuse.FRAME, **same3, sh=2, sw=2,
-                    in_h=size, in_w=size, in_c=channels, out_h=half, out_w=half, out_c=channels,
-                    in_zp=3, out_zp=-5, out_signed=1, act=Activation.TABLE,
-                    output=buffer(0)),
-        # Frame reuse: 1×1 conv + residual add from buffer 0 + ReLU, buffer 0 → buffer 1.
+        # Row reuse: 3×3 conv stride 2 + ReLU (as a clamp at the zero point), DRAM → DRAM.
+        Instruction(conv=ConvKind.NORMAL, reuse=Reuse.ROW, **same3, sh=2, sw=2, in_h=size,
+                    in_w=size, in_c=3, out_h=half, out_w=half, out_c=channels, in_zp=128,
+                    out_zp=3, act=Activation.CLAMP, clamp_lo=3, clamp_hi=255),
+        # Frame reuse: depthwise 3×3 + table activation, DRAM → buffer 0.
+        Instruction(conv=ConvKind.DEPTHWISE, reuse=Reuse.FRAME, **same3, in_h=half, in_w=half,
+                    in_c=channels, out_h=half, out_w=half, out_c=channels, in_zp=3, out_zp=-5,
+                    out_signed=1, act=Activation.TABLE, output=buffer(0)),
+        # Frame reuse: 1×1 conv + residual add of the first group's output (from DRAM: one
+        # read port per buffer) + ReLU, buffer 0 → buffer 1.
         Instruction(conv=ConvKind.NORMAL, reuse=Reuse.FRAME, in_h=half, in_w=half,
                     in_c=channels, out_h=half, out_w=half, out_c=channels, in_signed=1,
-                    in_zp=-5, out_signed=1, out_zp=-128, eltwise=Eltwise.ADD, sc_signed=1,
-                    sc_zp=-5, act=Activation.CLAMP, clamp_lo=-128, clamp_hi=127,
-                    input=buffer(0), shortcut=buffer(0), output=buffer(1)),
+                    in_zp=-5, out_signed=1, out_zp=-128, eltwise=Eltwise.ADD, sc_signed=0,
+                    sc_zp=3, act=Activation.CLAMP, clamp_lo=-128, clamp_hi=127,
+                    input=buffer(0), output=buffer(1)),
         # Global average pool, buffer 1 → DRAM output.
         Instruction(conv=ConvKind.NONE, reuse=Reuse.FRAME, pool=Pool.GLOBAL_AVG, in_h=half,
                     in_w=half, in_c=channels, out_h=1, out_w=1, out_c=channels, in_signed=1,
@@ -71,6 +71,7 @@ def sample_image(config: HwConfig, seed: int = 0, channels: int = 16,
     """Assemble, place and pack the sample program for ``config``."""
     rng = np.random.default_rng(seed)
     groups = _groups(channels, size)
+    half = size // 2
 
     # Parameter section: each group's weights then its parameter block.
     params = bytearray()
@@ -91,7 +92,7 @@ def sample_image(config: HwConfig, seed: int = 0, channels: int = 16,
 
     x = rng.integers(0, 255, (3, size, size), dtype=np.uint8, endpoint=True)
     lanes = config.lanes
-    scratch = layout.tensor_bytes(channels, size, size, lanes)
+    scratch = layout.tensor_bytes(channels, half, half, lanes)
     plan = image.plan(
         len(groups), len(params),
         inputs=[image.TensorDesc(3, size, size, signed=False, zero_point=128, scale=1 / 64)],
@@ -109,6 +110,7 @@ def sample_image(config: HwConfig, seed: int = 0, channels: int = 16,
     resolved[0] = resolved[0].replace(input=dram(plan.base(image.SectionKind.INPUT)),
                                       output=scratch_at)
     resolved[1] = resolved[1].replace(input=scratch_at)
+    resolved[2] = resolved[2].replace(shortcut=scratch_at)
     resolved[3] = resolved[3].replace(output=dram(plan.base(image.SectionKind.OUTPUT)))
 
     blob = image.pack(plan, config, resolved, bytes(params), [x])

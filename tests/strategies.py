@@ -82,6 +82,8 @@ def instructions(draw, last=None):
     f["reuse"] = draw(st.sampled_from(isa.Reuse))
     f["last"] = draw(st.integers(0, 1)) if last is None else int(last)
     f["input"], f["output"] = draw(locations), draw(locations)
+    if elt != Eltwise.NONE and f["shortcut"].space == f["input"].space != MemSpace.DRAM:
+        f["shortcut"] = isa.dram(f["shortcut"].offset)      # one read port per buffer
     f["params"] = draw(dram_locations)
     return isa.Instruction(**f)
 

@@ -134,6 +134,7 @@ def test_location_offset_range():
     (dict(act=Activation.TABLE, clamp_hi=3), "clamp_hi"),
     (dict(sc_zp=4), "sc_zp"),
     (dict(shortcut=buffer(2)), "shortcut"),
+    (dict(eltwise=Eltwise.ADD, input=buffer(1), shortcut=buffer(1, 0x800)), "shortcut"),
     (dict(act_order=isa.ActOrder.BEFORE_ELTWISE), "act_order"),
     (dict(out_c_offset=0xFFFF), "out_c_offset"),
 ])

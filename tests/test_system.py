@@ -840,6 +840,10 @@ def tiny_harness():
     (0, {"weights_held": 1}, ErrorCode.WEIGHTS_NOT_HELD),  # nothing loaded yet in this run
     (2, {"weights_held": 1}, ErrorCode.WEIGHTS_NOT_HELD),  # the store holds group 1's
     (2, {"prefetch": 1}, ErrorCode.ILLEGAL_FIELD),     # the last group: nothing to prefetch
+    # input and shortcut in one buffer: one read port per buffer; a shortcut buffer without
+    # an element-wise stage
+    (2, {"eltwise": 1, "input.space": 2, "shortcut.space": 2}, ErrorCode.ILLEGAL_FIELD),
+    (2, {"input.space": 2, "shortcut.space": 2}, ErrorCode.ILLEGAL_FIELD),
     (0, {"prefetch": 1}, ErrorCode.UNSUPPORTED),       # the next group is depthwise
     # windowed: row reuse, feature maps in DRAM only (no window record needed to refuse)
     (1, {"windowed": 1, "reuse": 1}, ErrorCode.UNSUPPORTED),

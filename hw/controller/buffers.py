@@ -22,7 +22,16 @@ def segment_layout(words: int, count=16) -> data.StructLayout:
 
 class FeatureBuffers(wiring.Component):
     """Buffers {0, 1, 2} of feature maps (frame-mode groups): word = one pixel of one channel
-    block; per buffer two read ports (input, shortcut) and one write port.
+    block; per buffer one read port and one write port, so that each is one simple dual-port
+    memory (one DP16KD or RAMB per slice of it, not one copy per reader).
+
+    The input and shortcut readers share the read ports: a group reads its input and its
+    shortcut from different buffers (:func:`sfnpu.isa.validate`; the sequencer stops a group
+    that does not with ``ILLEGAL_FIELD``), so each buffer's port takes the shortcut reader's
+    address when ``shortcut_space`` names it and the input reader's otherwise. That choice is
+    a register loaded every cycle: ``shortcut_space`` (an instruction field) must settle a
+    cycle before the shortcut reader's first command, and the multiplexer in front of the
+    block RAMs' address pins waits for no comparison.
 
     Each reader streams a commanded segment from the buffer at its ``space``, one word per
     cycle, and takes the next command once the last word is addressed. The writer stores a
@@ -87,13 +96,18 @@ class FeatureBuffers(wiring.Component):
         for k in range(3):
             mems.append(mem := Memory(shape=8 * self.lanes, depth=self.words, init=[]))
             m.submodules[f"buffer_{k}"] = mem
-        for name in READERS:
-            ports = [mem.read_port() for mem in mems]
-            self._reader(m, name, ports)
+        ports = [mem.read_port() for mem in mems]
+        addrs = {name: self._reader(m, name, ports) for name in READERS}
+        for k, port in enumerate(ports):
+            shortcut_here = Signal(name=f"shortcut_reads_{k}", reset_less=True)
+            m.d.sync += shortcut_here.eq(self.shortcut_space == MemSpace(k + 1))
+            m.d.comb += [port.addr.eq(Mux(shortcut_here, addrs["shortcut"], addrs["input"])),
+                         port.en.eq(1)]
         self._writer(m, [mem.write_port() for mem in mems])
         return m
 
     def _reader(self, m, name, ports):
+        """One reader's command sequencing; returns the address it reads in this cycle."""
         cmd, out = getattr(self, f"{name}_cmd"), getattr(self, f"{name}_data")
         addr = Signal(range(self.words + 1), name=f"{name}_local_addr")
         left = Signal(16, name=f"{name}_local_left")
@@ -106,12 +120,11 @@ class FeatureBuffers(wiring.Component):
         with m.Elif(left != 0):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
         m.d.sync += issued.eq((left != 0) & ~self.flush)
-        for port in ports:
-            m.d.comb += [port.addr.eq(addr), port.en.eq(1)]
         space = getattr(self, f"{name}_space")
         m.d.comb += [out.valid.eq(issued),
                      out.payload.eq(Array(port.data for port in ports)[
                          (Value.cast(space) - 1)[:2]])]
+        return addr
 
     def _writer(self, m, ports):
         cmd, o_data, stage = self.o_cmd, self.o_data, self.stage

@@ -422,11 +422,16 @@ class Sequencer(wiring.Component):
         # A windowed group: row reuse, feature-map operands in DRAM (isa.validate).
         on_chip = ((instr.input.space != MemSpace.DRAM) | (instr.output.space != MemSpace.DRAM)
                    | ((instr.eltwise != Eltwise.NONE) & (instr.shortcut.space != MemSpace.DRAM)))
+        # One read port per buffer, given to the shortcut's buffer: input and shortcut in
+        # different buffers, no shortcut without an element-wise stage (isa.validate).
+        shared_read_port = ((instr.shortcut.space != MemSpace.DRAM)
+                            & ((instr.eltwise == Eltwise.NONE)
+                               | (instr.shortcut.space == instr.input.space)))
         unsupported = ((instr.weights.space != MemSpace.DRAM)
                        | (instr.params.space != MemSpace.DRAM)
                        | (instr.out_c_offset[:log2(L)] != 0)
                        | (instr.windowed & ((instr.reuse != Reuse.ROW) | on_chip)))
-        return bad_enum | bad_shape, unsupported
+        return bad_enum | bad_shape | shared_read_port, unsupported
 
     def _decode_states(self, m, r):
         cfg, sizes = self.config, self.sizes

@@ -49,8 +49,9 @@ row buffer, their output zero point also padding the convolution); the whole pos
 chain (activation tables before or after the element-wise stage, ADD, CHANNEL_SCALE and MUL
 with the shortcut stream, CLAMP, MAX/AVG/GLOBAL_AVG pooling, 2× upsampling); output-channel offsets
 that are multiples of ``L``; feature-map operands (input, output, shortcut) in DRAM or in one
-of the three on-chip buffers {0, 1, 2} (two read ports and a write port each, word = one pixel
-of one channel block), so the memory optimizer's frame-mode placements run as allocated.
+of the three on-chip buffers {0, 1, 2} (a read port, which the input and shortcut readers
+share, and a write port each; word = one pixel of one channel block), so the memory
+optimizer's frame-mode placements run as allocated.
 Weight reuse. ROW: the layer's weights are preloaded into the weight store (the paper's
 buffer 1), or, when they do not fit, streamed from DRAM once per output row. FRAME: every
 weight crosses the bus once — the output-channel blocks are taken in chunks whose weights fit
