@@ -59,6 +59,7 @@ from sfnpu.config import MAX_KERNEL, ROW_BUFFER_ROWS, HwConfig
 from sfnpu.isa import ConvKind, Instruction, InstructionLayout
 from sfnpu.layout import channel_blocks, conv_output_hw
 
+from . import pipeline
 from .conv_array import _check, depthwise_taps, fetch_cycles, fetch_parts, steps_per_pixel, \
     window_step_layout
 
@@ -630,7 +631,13 @@ class RowBuffer(wiring.Component):
         Each slot's place in the hold register (and whether its tap is in the kernel) is a
         register set with (ky, kx) from their next values and the hold register's next
         ``b0``: the bank arithmetic stays off the path through the hold register's
-        multiplexer tree into the window register."""
+        multiplexer tree into the window register.
+
+        What the kernel shape alone decides (the step's (rows, columns), each slot's first
+        tap, the first column of the kernel in the grid) comes from registers loaded every
+        cycle from the window parameters (:func:`~.pipeline.stage`): a cycle late after a new
+        configuration, which no step sees (the first is emitted after a window is filled),
+        and placed beside the slots rather than beside the parameters' own registers."""
         prm, banks, lanes, taps = self.params, ROW_BUFFER_ROWS, self.lanes, self.taps
         cols = MAX_KERNEL
         word_shape = unsigned(8 * lanes)
@@ -644,6 +651,10 @@ class RowBuffer(wiring.Component):
                 with m.Case(kw):
                     m.d.comb += [step_rows.eq(Mux(prm.depthwise, taps // kw, 1 // kw)),
                                  step_cols.eq(Mux(prm.depthwise, taps % kw, 1 % kw))]
+        step_rows = pipeline.stage(m, step_rows, "step_rows")
+        step_cols = pipeline.stage(m, step_cols, "step_cols")
+        kw = pipeline.stage(m, prm.kw, "kernel_width")
+        col_base = pipeline.stage(m, cols - prm.kw, "kernel_first_column", signed(4))
         max_ky = MAX_KERNEL * MAX_KERNEL + taps
         zero_word = self._zero_word()
         # The hold register as a power-of-two grid indexed by Cat(column, row): each tap is a
@@ -661,22 +672,26 @@ class RowBuffer(wiring.Component):
             kx = Signal(range(MAX_KERNEL), name=f"slot_{s}_kx")
             ky_next, kx_next = Signal.like(ky), Signal.like(kx)
             m.d.comb += [ky_next.eq(ky), kx_next.eq(kx)]
+            ky_first, kx_first = Signal.like(ky), Signal.like(kx)
+            with m.Switch(prm.kw):
+                for width in range(1, MAX_KERNEL + 1):
+                    with m.Case(width):
+                        m.d.comb += [ky_first.eq(s // width), kx_first.eq(s % width)]
+            ky_first = pipeline.stage(m, ky_first, f"slot_{s}_ky_first")
+            kx_first = pipeline.stage(m, kx_first, f"slot_{s}_kx_first")
             with m.If(transfer | start):
-                with m.Switch(prm.kw):
-                    for kw in range(1, MAX_KERNEL + 1):
-                        with m.Case(kw):
-                            m.d.comb += [ky_next.eq(s // kw), kx_next.eq(s % kw)]
+                m.d.comb += [ky_next.eq(ky_first), kx_next.eq(kx_first)]
             with m.Elif(emit):
-                wrap = kx + step_cols >= prm.kw
+                wrap = kx + step_cols >= kw
                 m.d.comb += [
-                    kx_next.eq(Mux(wrap, kx + step_cols - prm.kw, kx + step_cols)),
+                    kx_next.eq(Mux(wrap, kx + step_cols - kw, kx + step_cols)),
                     ky_next.eq(ky + step_rows + wrap),
                 ]
             m.d.sync += [ky.eq(ky_next), kx.eq(kx_next)]
             # Window-register row of kernel row ky: its bank, rotated by b0; or an extra row.
             rotated = b0_next + ky_next
             row = Mux(ky_next < banks, Mux(rotated >= banks, rotated - banks, rotated), ky_next)
-            col = cols - prm.kw + kx_next
+            col = col_base + kx_next
             index = Signal(col_bits + row_bits, name=f"slot_{s}_index")
             valid = Signal(name=f"slot_{s}_valid")
             m.d.sync += [index.eq(Cat(col[:col_bits], row[:row_bits])),
