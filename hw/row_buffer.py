@@ -653,7 +653,7 @@ class RowBuffer(wiring.Component):
                                  step_cols.eq(Mux(prm.depthwise, taps % kw, 1 % kw))]
         step_rows = pipeline.stage(m, step_rows, "step_rows")
         step_cols = pipeline.stage(m, step_cols, "step_cols")
-        kw = pipeline.stage(m, prm.kw, "kernel_width")
+        kernel_w = pipeline.stage(m, prm.kw, "kernel_width")
         col_base = pipeline.stage(m, cols - prm.kw, "kernel_first_column", signed(4))
         max_ky = MAX_KERNEL * MAX_KERNEL + taps
         zero_word = self._zero_word()
@@ -682,9 +682,9 @@ class RowBuffer(wiring.Component):
             with m.If(transfer | start):
                 m.d.comb += [ky_next.eq(ky_first), kx_next.eq(kx_first)]
             with m.Elif(emit):
-                wrap = kx + step_cols >= kw
+                wrap = kx + step_cols >= kernel_w
                 m.d.comb += [
-                    kx_next.eq(Mux(wrap, kx + step_cols - kw, kx + step_cols)),
+                    kx_next.eq(Mux(wrap, kx + step_cols - kernel_w, kx + step_cols)),
                     ky_next.eq(ky + step_rows + wrap),
                 ]
             m.d.sync += [ky.eq(ky_next), kx.eq(kx_next)]
