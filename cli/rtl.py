@@ -10,7 +10,7 @@ import numpy as np
 from sfnpu import image
 from sfnpu.config import get_config
 
-from .common import REPO_ROOT, CliError, console
+from .common import CliError, console
 
 __all__ = ["RTL_MAX_CYCLES", "check_rtl_run", "dram_differences", "rtl_harness", "rtl_ok",
            "rtl_outputs"]
@@ -26,11 +26,11 @@ def rtl_harness(config):
 
 @functools.cache
 def _rtl_harness(config_name: str):
-    from sfnpu.tb.system import SystemHarness
+    from sfnpu.tb.system import SYSTEM_BUILDS, SystemHarness
 
     with console.status(f"RTL: building the Verilated accelerator ({config_name}); cached in "
                         f"build/rtl/{config_name} after the first build"):
-        return SystemHarness(get_config(config_name), REPO_ROOT / "build" / "rtl" / config_name)
+        return SystemHarness(get_config(config_name), SYSTEM_BUILDS / config_name)
 
 
 def check_rtl_run(result):

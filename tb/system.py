@@ -40,6 +40,7 @@ from sfnpu.regmap import ErrorCode
 from .cocotb_build import CocotbBuild
 from .cocotb_system import CLOCK_NS, COUNTERS
 from .elaborate import system_verilog
+from .verilator import REPO_ROOT
 from .memfile import hex_image, read_dump
 
 __all__ = ["SystemHarness", "RunResult", "Scoreboard", "COUNTERS", "wave_format",
@@ -47,6 +48,9 @@ __all__ = ["SystemHarness", "RunResult", "Scoreboard", "COUNTERS", "wave_format"
 
 TOP = "sim_system"          # the accelerator and the DRAM model (tb.elaborate)
 BENCH = "sim_bench"         # TOP with its clock (bench_verilog)
+#: The system builds, a folder per configuration, shared by the tests, ``sfnpu sim`` and the
+#: firmware harness (one Verilator build of each configuration).
+SYSTEM_BUILDS = REPO_ROOT / "build" / "rtl"
 
 
 def wave_format() -> tuple[str, str]:

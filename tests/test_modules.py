@@ -353,10 +353,9 @@ def test_cli_run_with_modules_matches_onnxruntime(compiled, tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_system():
-    from sfnpu.tb.system import SystemHarness
-    from sfnpu.tb.verilator import REPO_ROOT
+    from sfnpu.tb.system import SYSTEM_BUILDS, SystemHarness
 
-    return SystemHarness(TINY, REPO_ROOT / "build" / "rtl" / "tiny")
+    return SystemHarness(TINY, SYSTEM_BUILDS / "tiny")
 
 
 @pytest.mark.parametrize("buffer_kib", [None, 4])

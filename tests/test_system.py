@@ -33,10 +33,9 @@ from sfnpu.isa import Activation, ConvKind, InputTransform, MemSpace, Reuse
 from sfnpu.regmap import ErrorCode
 from sfnpu.sim.cycle import CycleModel, compare
 from sfnpu.sim.golden import GoldenModel
-from sfnpu.tb.system import Scoreboard, SystemHarness
-from sfnpu.tb.verilator import REPO_ROOT
+from sfnpu.tb.system import SYSTEM_BUILDS, Scoreboard, SystemHarness
 
-BUILD = REPO_ROOT / "build" / "rtl"          # shared with `sfnpu sim` (one build per config)
+BUILD = SYSTEM_BUILDS          # shared with `sfnpu sim` (one build per config)
 CONFIGS = ("tiny", "ecp5")
 
 
