@@ -31,7 +31,7 @@ def test_a_bus_wider_than_the_word_is_refused_with_the_reason():
 
 def test_vivado_project(tmp_path):
     # A small configuration keeps the test short; the boards' own differ only in size.
-    config = get_config("tiny")
+    config = get_config("ecp5-ulx3s")
     files = write_vivado_project("kcu1500", tmp_path, config=config, log=lambda _: None)
     name = "sfnpu_kcu1500"
     assert {f"{name}.tcl", f"{name}.xdc", f"{name}.v", f"build_{name}.sh"} <= set(files)
