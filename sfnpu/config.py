@@ -286,8 +286,12 @@ CONFIGS: dict[str, HwConfig] = {
 #: 314 DP16KD and 92 k LUTs — the part has 156, 208 and 83 640: besides the MAC array, every
 #: lane has float32-exact requantisers and adders built from 18x18 multipliers
 #: (``sfnpu.resources.TERMS``).
+#: Its clock is the one the routed board design meets (51.5 MHz after routing, docs/boards.md):
+#: 50 MHz, which the PLL makes exactly from the 25 MHz oscillator; the SDRAM runs on it, so the
+#: DRAM still moves 2 bytes a cycle.
 CONFIGS["ecp5-ulx3s"] = CONFIGS["ecp5"].replace(
-    name="ecp5-ulx3s", ti=4, to=4, buffer_bytes=(16 * KiB,) * 3, psum_buffer_bytes=8 * KiB)
+    name="ecp5-ulx3s", ti=4, to=4, buffer_bytes=(16 * KiB,) * 3, psum_buffer_bytes=8 * KiB,
+    clock_mhz=50.0, dram_bandwidth_gbps=0.1)
 
 
 def depthwise_taps(config: HwConfig) -> int:

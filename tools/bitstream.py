@@ -27,8 +27,9 @@ __all__ = ["BOARDS", "BitstreamError", "EcpBuild", "build_ecp5", "build_board"]
 
 BOARDS = ("ulx3s-85f", "kcu105", "kcu1500")
 ECP5_NAME = "sfnpu_ulx3s"
-#: Default UART speed of the host link (the ULX3S's FT231X reaches 3 Mbaud).
-DEFAULT_BAUD = 3_000_000
+#: Default UART speed of the host link: exact at the board's 50 MHz (50 cycles a bit) and for
+#: the ULX3S's FT231X (3 MHz / 3). Its 3 Mbaud maximum would be 1.96 % off at 50 MHz.
+DEFAULT_BAUD = 1_000_000
 #: Endpoints the report lists after routing (nextpnr itself reports one path per clock).
 ROUTED_PATHS = 20
 #: nextpnr-ecp5's routers and their options. router1, nextpnr's default for ECP5, rips up arc
