@@ -40,7 +40,7 @@ def test_vivado_project(tmp_path):
     assert f"synth_design -top {name} -mode out_of_context" in tcl
     assert tcl.index(f"write_checkpoint -force {name}_route.dcp") < tcl.index("quit")
     xdc = (tmp_path / f"{name}.xdc").read_text()
-    assert "create_clock -name aclk -period 10.000 [get_ports aclk]" in xdc
+    assert f"create_clock -name aclk -period {1000 / config.clock_mhz:.3f} [get_ports aclk]" in xdc
     verilog = (tmp_path / f"{name}.v").read_text()
     header = verilog[verilog.index(f"module {name}("):]
     header = header[:header.index("endmodule")]
