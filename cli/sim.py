@@ -167,12 +167,12 @@ def _run_segment(config, compiled, blob, golden, stages, waves, label, rtl=False
 
 def _waves_harness(config):
     """A traced build of the accelerator and the file its run writes."""
-    from sfnpu.tb.system import SystemHarness, wave_format
+    from sfnpu.tb.system import SYSTEM_BUILDS, SystemHarness, wave_format
 
     kind, why = wave_format()
     if kind != "fst":
         console.print(f"[yellow]waves: {why}[/]")
-    build = REPO_ROOT / "build" / "rtl" / f"{config.name}-waves-{kind}"
+    build = SYSTEM_BUILDS / f"{config.name}-waves-{kind}"
     with console.status(f"RTL: building the Verilated accelerator with {kind.upper()} "
                         f"tracing ({config.name}); cached in {build}"):
         harness = SystemHarness(config, build, waves=kind)

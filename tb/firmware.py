@@ -38,6 +38,8 @@ FIRMWARE = REPO_ROOT / "firmware"
 LIBRARY_SOURCES = (FIRMWARE / "src" / "sfnpu.c", FIRMWARE / "host" / "sfnpu_run.c")
 INCLUDE_DIRS = (FIRMWARE / "include", FIRMWARE / "host")
 C_FLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic")
+#: The host program's executable (and make target) in the harness's build folder.
+HOST_PROGRAM = "sfnpu_host"
 
 _PLATFORM = r"""
 // Platform hooks of the sfnpu driver over the Verilated system bench (see tb/firmware.py).
@@ -321,9 +323,9 @@ class FirmwareHarness:
                                          (model / "Vtop.mk").read_text(), re.M))
         includes = " ".join(f"-I{Path(d).resolve()}" for d in INCLUDE_DIRS)
         makefile = _MAKEFILE.format(model=model, settings=settings, includes=includes,
-                                    program="sfnpu_host")
+                                    program=HOST_PROGRAM)
         self.build_dir.mkdir(parents=True, exist_ok=True)
-        program = self.build_dir / "sfnpu_host"
+        program = self.build_dir / HOST_PROGRAM
         stamp = self.build_dir / "host.sha256"
         key = hashlib.sha256("\0".join([build.key, platform, makefile]).encode()).hexdigest()
         # The model's lock: no other process rebuilds it while the program links against it.
@@ -334,7 +336,7 @@ class FirmwareHarness:
             stamp.unlink(missing_ok=True)
             (self.build_dir / "host.cpp").write_text(platform)
             (self.build_dir / "host.mk").write_text(makefile)
-            result = subprocess.run(["make", "-f", "host.mk", "sfnpu_host"], cwd=self.build_dir,
+            result = subprocess.run(["make", "-f", "host.mk", HOST_PROGRAM], cwd=self.build_dir,
                                     env=build.environment(), capture_output=True, text=True)
             if result.returncode:
                 raise RuntimeError(f"the firmware host program does not build in "

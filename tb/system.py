@@ -40,8 +40,8 @@ from sfnpu.regmap import ErrorCode
 from .cocotb_build import CocotbBuild
 from .cocotb_system import CLOCK_NS, COUNTERS
 from .elaborate import system_verilog
-from .verilator import REPO_ROOT
 from .memfile import hex_image, read_dump
+from .verilator import REPO_ROOT
 
 __all__ = ["SystemHarness", "RunResult", "Scoreboard", "COUNTERS", "wave_format",
            "system_ports"]
