@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["PaperMinBuffer", "TABLE_II", "PaperVgg", "TABLE_III", "CITATION", "PaperPerformance",
-           "TABLE_IV", "TABLE_VI", "PaperFig16", "FIG_16", "TABLE_IV_CITATION",
+           "TABLE_IV", "TABLE_VI", "PaperResources", "RESOURCES", "PaperFig16", "FIG_16", "TABLE_IV_CITATION",
            "TABLE_VI_CITATION", "FIG_16_CITATION", "FIG_17_CITATION", "KIM_CITATION",
            "KimModule", "KIM_TABLE_1", "KIM_TOTAL", "KIM_SRAM_KB", "RESTRUCTURE_CITATION",
            "PaperRestructure", "RESTRUCTURE_TABLE_II", "RESTRUCTURE_TABLE_III",
@@ -123,6 +123,35 @@ TABLE_VI: tuple[PaperPerformance, ...] = (
                      144, 216, 29.2, "Table VI"),
     PaperPerformance("efficientnet_b1", "EfficientNet-B1", 768, None, 3845, None, 274.4, 16.75,
                      344, 475, 27.6, "Table VI"),
+)
+
+
+@dataclass(frozen=True)
+class PaperResources:
+    """The FPGA resources of the paper's accelerator as built for one column of Table IV or
+    VI (the design is configured per CNN; 4 096 MACs on 2 048 DSP48E2 with packing)."""
+    network: str             # our builder name
+    label: str
+    input_size: int
+    luts_k: float            # "LUTs/FFs (K)"
+    ffs_k: float
+    dsps: int                # "DSP utilization" / "DSPs"
+    bram18k: int
+    source: str
+
+
+RESOURCES: tuple[PaperResources, ...] = (
+    PaperResources("resnet50", "ResNet50", 256, 212.7, 361.5, 2240, 2368, "Table IV"),
+    PaperResources("resnet152", "ResNet152", 256, 212.7, 361.5, 2240, 2368, "Table IV"),
+    PaperResources("yolov2", "YOLO v2", 416, 203.1, 331.0, 2240, 2304, "Table IV"),
+    PaperResources("yolov3", "YOLO v3", 416, 213.3, 352.0, 2240, 3020, "Table IV"),
+    PaperResources("retinanet", "RetinaNet", 512, 264.3, 367.2, 2240, 3766, "Table IV"),
+    PaperResources("efficientnet_b1", "EfficientNet-B1", 256, 264.1, 375.7, 2240, 2594,
+                   "Table IV"),
+    PaperResources("efficientnet_b1", "EfficientNet-B1", 512, 264.5, 375.5, 2176, 2723,
+                   "Table VI"),
+    PaperResources("efficientnet_b1", "EfficientNet-B1", 768, 271.7, 375.4, 2176, 3845,
+                   "Table VI"),
 )
 
 

@@ -48,14 +48,14 @@ from sfnpu.compiler.cutpoints import (LATENCY_TIE, Evaluation, NoFeasiblePolicy,
 from sfnpu.compiler.memory import (WEIGHT_BUFFER, WEIGHT_READS, Budget, Policy, allocate, place,
                                    staging)
 from sfnpu.compiler.pipeline import Compiled, PipelineConfig, compile_model, ensure_qdq
-from sfnpu.config import HwConfig, get_config
+from sfnpu.config import DEVICES, HwConfig, get_config
 from sfnpu.isa import ConvKind, Eltwise, MemSpace, Reuse, eltwise_reads_map
 from sfnpu.models import builders
 
 from .networks import study_model
 from .paper_reference import (CITATION, FIG_16, FIG_16_CITATION, FIG_17_CITATION, TABLE_II,
-                              TABLE_III, TABLE_IV, TABLE_IV_CITATION, TABLE_VI, TABLE_VI_CITATION,
-                              PaperMinBuffer, PaperPerformance)
+                              RESOURCES, TABLE_III, TABLE_IV, TABLE_IV_CITATION, TABLE_VI,
+                              TABLE_VI_CITATION, PaperMinBuffer, PaperPerformance)
 
 __all__ = ["ReportError", "Study", "PAPER_STUDIES", "resolve_studies", "NetworkResult",
            "run_study", "buffer_lower_bound", "sweep_rows", "write_network", "write_summary",
@@ -1183,6 +1183,51 @@ def _iv_rows(r: NetworkResult) -> list[dict]:
     return rows
 
 
+def _hardware_lines(results: Sequence[NetworkResult]) -> list[str]:
+    """The configuration's RTL (the structural estimate of ``sfnpu.resources``) beside the
+    paper's accelerator as built for the run's networks (all of them when none is in the
+    paper's resource tables), and its part's budget."""
+    from sfnpu import resources as fpga
+
+    config = results[0].config
+    family = fpga.family_of(config)
+    terms = fpga.TERMS[family]
+    need = fpga.estimate(config)
+    measured = fpga.XILINX_CALIBRATION if family == "ultrascale" else fpga.CALIBRATION
+    largest = max(c.config().macs for c in measured)
+    run = {(r.study.network, r.study.input_size) for r in results}
+    papers = [p for p in RESOURCES if (p.network, p.input_size) in run] or list(RESOURCES)
+    scope = ("an extrapolation" if config.macs > largest else "within the range measured")
+    lines = ["## Hardware: the RTL of this configuration beside the paper's design", "",
+             f"`{config.name}`'s RTL as `sfnpu.resources` estimates it: structural terms "
+             f"fitted to Yosys on configurations of up to {largest} MACs ({scope} for "
+             f"{config.macs}; `python -m sfnpu.tools.resource_check"
+             f"{' --family ultrascale' if family == 'ultrascale' else ''}` measures them "
+             "again). The paper's figures are its implementation, built per CNN "
+             f"({TABLE_IV_CITATION}; {TABLE_VI_CITATION}).", "",
+             f"| design | {terms.multiplier_name} | 18K block RAMs | LUTs | FFs (K) |",
+             "| --- | ---: | ---: | ---: | ---: |",
+             f"| sfnpu `{config.name}` RTL, {config.macs} MACs (estimate) | "
+             f"{need.multipliers:,} | {need.bram18k:,} | {need.luts:,} {need.lut_name} | — |"]
+    if config.device:
+        part = DEVICES[config.device]
+        lines.append(f"| the part, {part.name} | {part.multipliers:,} | {part.bram18k:,} | "
+                     f"{part.luts:,} | — |")
+    for p in papers:
+        lines.append(f"| paper, {p.label} @ {p.input_size} ({p.source}) | {p.dsps:,} | "
+                     f"{p.bram18k:,} | {p.luts_k * 1000:,.0f} | {p.ffs_k} |")
+    short = fpga.shortfalls(need, DEVICES[config.device]) if config.device else []
+    ratio = need.luts / (max(p.luts_k for p in papers) * 1000)
+    lines += ["", (f"The RTL does not fit its part: it {'; '.join(short)}. "
+                   if short else "The RTL fits its part by this estimate. ")
+              + f"It needs {ratio:.1f}× the LUTs of the paper's largest build above. The "
+              "latencies of Table IV above are the cycle model of this RTL, which runs "
+              "bit-exact and cycle-exact on Verilator.", "",
+              "Its block RAMs by memory:", "", "| memory | 18K block RAMs |", "| --- | ---: |"]
+    lines += [f"| {name} | {count:,} |" for name, count in fpga.memories(config).items()]
+    return lines
+
+
 def write_summary(results: Sequence[NetworkResult], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     ii, iv = out / "table_ii.csv", out / "table_iv.csv"
@@ -1249,6 +1294,7 @@ def write_summary(results: Sequence[NetworkResult], out: Path) -> list[Path]:
                          f"{pr} | {row['latency']} / {pl} | {row['gops']} / {pg} | "
                          f"{row['mac_efficiency']:.1%} / {pm} |")
     lines += ["", *_accounting_lines(results), "", *_layer_wise_lines(results)]
+    lines += ["", *_hardware_lines(results)]
     lines += ["", "## Search times", "", "| network | candidates | segments | sweep s | "
               f"search on `{config.name}` s |", "| --- | ---: | --- | ---: | ---: |"]
     for r in results:

@@ -284,3 +284,30 @@ def test_reduction_ceiling_is_reached_with_every_map_on_chip(report):
     assert best.traffic.fm_dense == base.unavoidable_fm_dense
     assert best.traffic.weights_dense == weights
     assert best.policy.label == "L=0" and len(reductions) > 2
+
+
+def test_summary_sets_the_rtl_beside_the_papers_resources(report):
+    """The hardware section's figures are ``sfnpu.resources``'s estimate of the kcu1500 RTL,
+    its part's budget and the paper's builds (ResNet-18 is not in the paper's tables: all of
+    them are listed)."""
+    from sfnpu import resources
+    from sfnpu.config import DEVICES
+    from sfnpu.studies.paper_reference import RESOURCES
+
+    out, _, _ = report
+    md = (out / "summary.md").read_text()
+    section = md.split("## Hardware: the RTL of this configuration beside the paper's design")[1]
+    need = resources.estimate(KCU)
+    assert (f"| sfnpu `kcu1500` RTL, 4096 MACs (estimate) | {need.multipliers:,} | "
+            f"{need.bram18k:,} | {need.luts:,} LUT6 | — |") in section
+    part = DEVICES["XCKU115"]
+    assert f"| the part, XCKU115 | {part.multipliers:,} | {part.bram18k:,} | {part.luts:,} |" \
+        in section
+    assert "an extrapolation for 4096" in section
+    for p in RESOURCES:
+        assert f"| paper, {p.label} @ {p.input_size} ({p.source}) | {p.dsps:,} | " \
+               f"{p.bram18k:,} | {p.luts_k * 1000:,.0f} | {p.ffs_k} |" in section
+    for short in resources.shortfalls(need, part):
+        assert short in section
+    for name, count in resources.memories(KCU).items():
+        assert f"| {name} | {count:,} |" in section
