@@ -1218,11 +1218,17 @@ def _hardware_lines(results: Sequence[NetworkResult]) -> list[str]:
                      f"{p.bram18k:,} | {p.luts_k * 1000:,.0f} | {p.ffs_k} |")
     short = fpga.shortfalls(need, DEVICES[config.device]) if config.device else []
     ratio = need.luts / (max(p.luts_k for p in papers) * 1000)
-    lines += ["", (f"The RTL does not fit its part: it {'; '.join(short)}. "
-                   if short else "The RTL fits its part by this estimate. ")
-              + f"It needs {ratio:.1f}× the LUTs of the paper's largest build above. The "
-              "latencies of Table IV above are the cycle model of this RTL, which runs "
-              "bit-exact and cycle-exact on Verilator.", "",
+    if not config.device:
+        verdict = "The configuration names no part. "
+    elif short:
+        verdict = f"The RTL does not fit its part: it {'; '.join(short)}. "
+    else:
+        verdict = "The RTL fits its part by this estimate. "
+    luts = (f"It needs {ratio:.1f}× the LUTs of the paper's largest build above. "
+            if family == "ultrascale" else
+            f"(Its {terms.lut_name}s and the paper's LUT6s are not comparable.) ")
+    lines += ["", verdict + luts + "The latencies of Table IV above are the cycle model of "
+              "this RTL, which runs bit-exact and cycle-exact on Verilator.", "",
               "Its block RAMs by memory:", "", "| memory | 18K block RAMs |", "| --- | ---: |"]
     lines += [f"| {name} | {count:,} |" for name, count in fpga.memories(config).items()]
     return lines

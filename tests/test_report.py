@@ -311,3 +311,15 @@ def test_summary_sets_the_rtl_beside_the_papers_resources(report):
         assert short in section
     for name, count in resources.memories(KCU).items():
         assert f"| {name} | {count:,} |" in section
+
+
+def test_hardware_section_of_a_configuration_without_a_part():
+    """``tiny`` names no part, and its LUT4s are not set against the paper's LUT6s."""
+    from types import SimpleNamespace
+
+    tiny = SimpleNamespace(config=get_config("tiny"),
+                           study=SimpleNamespace(network="resnet50", input_size=256))
+    text = "\n".join(reports._hardware_lines([tiny]))
+    assert "The configuration names no part." in text and "not comparable" in text
+    assert "| the part," not in text and "× the LUTs" not in text
+    assert "| paper, ResNet50 @ 256 (Table IV) |" in text and "ResNet152" not in text
