@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["PaperMinBuffer", "TABLE_II", "PaperVgg", "TABLE_III", "CITATION", "PaperPerformance",
-           "TABLE_IV", "TABLE_VI", "PaperResources", "RESOURCES", "PaperFig16", "FIG_16", "TABLE_IV_CITATION",
+           "TABLE_IV", "TABLE_VI", "PaperFig16", "FIG_16", "TABLE_IV_CITATION",
            "TABLE_VI_CITATION", "FIG_16_CITATION", "FIG_17_CITATION", "KIM_CITATION",
            "KimModule", "KIM_TABLE_1", "KIM_TOTAL", "KIM_SRAM_KB", "RESTRUCTURE_CITATION",
            "PaperRestructure", "RESTRUCTURE_TABLE_II", "RESTRUCTURE_TABLE_III",
@@ -88,6 +88,11 @@ class PaperPerformance:
     total_once_mb: float     # "total off-chip memory access if data are accessed exactly once"
     reduction_pct: float     # "off-chip reduction"
     source: str
+    # The design as built for this column (configured per CNN; 4 096 MACs on 2 048 DSP48E2
+    # with packing): "LUTs/FFs (K)" and "DSP utilization" / "DSPs".
+    luts_k: float
+    ffs_k: float
+    dsps: int
 
     @property
     def implied_offchip_mb(self) -> float:
@@ -103,55 +108,35 @@ class PaperPerformance:
 
 TABLE_IV: tuple[PaperPerformance, ...] = (
     PaperPerformance("resnet50", "ResNet50", 256, 11.76, 2368, 11.69, 1006, 61.4, 0.19, 59.09,
-                     60.62, "Table IV"),
+                     60.62, "Table IV",
+                     luts_k=212.7, ffs_k=361.5, dsps=2240),
     PaperPerformance("resnet152", "ResNet152", 256, 31.16, 2368, 26.78, 1163, 71.0, 0.19, 130.2,
-                     56.7, "Table IV"),
+                     56.7, "Table IV",
+                     luts_k=212.7, ffs_k=361.5, dsps=2240),
     PaperPerformance("yolov2", "YOLO v2", 416, 17.18, 2304, 14.73, 1166, 71.2, 0.66, 48.9,
-                     70.31, "Table IV"),
+                     70.31, "Table IV",
+                     luts_k=203.1, ffs_k=331.0, dsps=2240),
     PaperPerformance("yolov3", "YOLO v3", 416, 65.86, 3020, 57.57, 1142, 69.7, 90.6, 153.5,
-                     60.34, "Table IV"),
+                     60.34, "Table IV",
+                     luts_k=213.3, ffs_k=352.0, dsps=2240),
     PaperPerformance("retinanet", "RetinaNet", 512, 102.2, 3766, 93.16, 1097, 67.0, 136.4,
-                     261.34, 47.81, "Table IV"),
+                     261.34, 47.81, "Table IV",
+                     luts_k=264.3, ffs_k=367.2, dsps=2240),
     PaperPerformance("efficientnet_b1", "EfficientNet-B1", 256, 1.38, 2594, 4.69, 317.1, 19.37,
-                     0.19, 60.7, 84.81, "Table IV"),
+                     0.19, 60.7, 84.81, "Table IV",
+                     luts_k=264.1, ffs_k=375.7, dsps=2240),
 )
 
 TABLE_VI: tuple[PaperPerformance, ...] = (
     PaperPerformance("efficientnet_b1", "EfficientNet-B1", 256, None, 2594, None, 317.1, 19.37,
-                     0.19, 60.7, 84.81, "Table VI"),
+                     0.19, 60.7, 84.81, "Table VI",
+                     luts_k=264.1, ffs_k=375.7, dsps=2176),
     PaperPerformance("efficientnet_b1", "EfficientNet-B1", 512, None, 2723, None, 267.4, 16.3,
-                     144, 216, 29.2, "Table VI"),
+                     144, 216, 29.2, "Table VI",
+                     luts_k=264.5, ffs_k=375.5, dsps=2176),
     PaperPerformance("efficientnet_b1", "EfficientNet-B1", 768, None, 3845, None, 274.4, 16.75,
-                     344, 475, 27.6, "Table VI"),
-)
-
-
-@dataclass(frozen=True)
-class PaperResources:
-    """The FPGA resources of the paper's accelerator as built for one column of Table IV or
-    VI (the design is configured per CNN; 4 096 MACs on 2 048 DSP48E2 with packing)."""
-    network: str             # our builder name
-    label: str
-    input_size: int
-    luts_k: float            # "LUTs/FFs (K)"
-    ffs_k: float
-    dsps: int                # "DSP utilization" / "DSPs"
-    bram18k: int
-    source: str
-
-
-RESOURCES: tuple[PaperResources, ...] = (
-    PaperResources("resnet50", "ResNet50", 256, 212.7, 361.5, 2240, 2368, "Table IV"),
-    PaperResources("resnet152", "ResNet152", 256, 212.7, 361.5, 2240, 2368, "Table IV"),
-    PaperResources("yolov2", "YOLO v2", 416, 203.1, 331.0, 2240, 2304, "Table IV"),
-    PaperResources("yolov3", "YOLO v3", 416, 213.3, 352.0, 2240, 3020, "Table IV"),
-    PaperResources("retinanet", "RetinaNet", 512, 264.3, 367.2, 2240, 3766, "Table IV"),
-    PaperResources("efficientnet_b1", "EfficientNet-B1", 256, 264.1, 375.7, 2240, 2594,
-                   "Table IV"),
-    PaperResources("efficientnet_b1", "EfficientNet-B1", 512, 264.5, 375.5, 2176, 2723,
-                   "Table VI"),
-    PaperResources("efficientnet_b1", "EfficientNet-B1", 768, 271.7, 375.4, 2176, 3845,
-                   "Table VI"),
+                     344, 475, 27.6, "Table VI",
+                     luts_k=271.7, ffs_k=375.4, dsps=2176),
 )
 
 

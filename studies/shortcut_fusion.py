@@ -54,8 +54,8 @@ from sfnpu.models import builders
 
 from .networks import study_model
 from .paper_reference import (CITATION, FIG_16, FIG_16_CITATION, FIG_17_CITATION, TABLE_II,
-                              RESOURCES, TABLE_III, TABLE_IV, TABLE_IV_CITATION, TABLE_VI,
-                              TABLE_VI_CITATION, PaperMinBuffer, PaperPerformance)
+                              TABLE_III, TABLE_IV, TABLE_IV_CITATION, TABLE_VI, TABLE_VI_CITATION,
+                              PaperMinBuffer, PaperPerformance)
 
 __all__ = ["ReportError", "Study", "PAPER_STUDIES", "resolve_studies", "NetworkResult",
            "run_study", "buffer_lower_bound", "sweep_rows", "write_network", "write_summary",
@@ -1196,7 +1196,8 @@ def _hardware_lines(results: Sequence[NetworkResult]) -> list[str]:
     measured = fpga.XILINX_CALIBRATION if family == "ultrascale" else fpga.CALIBRATION
     largest = max(c.config().macs for c in measured)
     run = {(r.study.network, r.study.input_size) for r in results}
-    papers = [p for p in RESOURCES if (p.network, p.input_size) in run] or list(RESOURCES)
+    built = TABLE_IV + TABLE_VI
+    papers = [p for p in built if (p.network, p.input_size) in run] or list(built)
     scope = ("an extrapolation" if config.macs > largest else "within the range measured")
     lines = ["## Hardware: the RTL of this configuration beside the paper's design", "",
              f"`{config.name}`'s RTL as `sfnpu.resources` estimates it: structural terms "
@@ -1217,15 +1218,15 @@ def _hardware_lines(results: Sequence[NetworkResult]) -> list[str]:
         lines.append(f"| paper, {p.label} @ {p.input_size} ({p.source}) | {p.dsps:,} | "
                      f"{p.bram18k:,} | {p.luts_k * 1000:,.0f} | {p.ffs_k} |")
     short = fpga.shortfalls(need, DEVICES[config.device]) if config.device else []
-    ratio = need.luts / (max(p.luts_k for p in papers) * 1000)
     if not config.device:
         verdict = "The configuration names no part. "
     elif short:
         verdict = f"The RTL does not fit its part: it {'; '.join(short)}. "
     else:
         verdict = "The RTL fits its part by this estimate. "
-    luts = (f"It needs {ratio:.1f}× the LUTs of the paper's largest build above. "
-            if family == "ultrascale" else
+    largest_build = max(p.luts_k for p in papers) * 1000
+    luts = (f"It needs {need.luts / largest_build:.1f}× the LUTs of the paper's largest build "
+            "above. " if family == "ultrascale" else
             f"(Its {terms.lut_name}s and the paper's LUT6s are not comparable.) ")
     lines += ["", verdict + luts + "The latencies of Table IV above are the cycle model of "
               "this RTL, which runs bit-exact and cycle-exact on Verilator.", "",
