@@ -79,6 +79,11 @@ class ConvDatapath(wiring.Component):
         # Busy until the array has drained: results trail the last step by its latency.
         in_flight = Signal(array_latency(self.config) + 1)
         m.d.sync += in_flight.eq(Cat(rows.busy, in_flight))
+        # `in_flight.any()` as a register of its own, formed a cycle early from the bits that
+        # shift into it: `start` (and the row buffer's reset of its window state behind it)
+        # sees one flip-flop, not an OR over the array's latency.
+        in_flight_any = Signal()
+        m.d.sync += in_flight_any.eq(rows.busy | in_flight[:-1].any())
         m.d.comb += [
             rows.params.eq(self.params),
             rows.start.eq(start),
@@ -88,7 +93,7 @@ class ConvDatapath(wiring.Component):
             array.depthwise.eq(self.params.depthwise),
             array.x_zero_point.eq(self.params.zero_point),
             array.x_signed.eq(self.x_signed),
-            self.busy.eq(rows.busy | in_flight.any()),
+            self.busy.eq(rows.busy | in_flight_any),
             self.o_stream.payload.eq(array.o_stream.payload),
             self.o_stream.valid.eq(array.o_stream.valid),
         ]

@@ -33,7 +33,7 @@ stream, one beat of each per output beat.
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import stream, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from . import pipeline
@@ -56,24 +56,6 @@ _SATURATION_EXPONENT = 10
 _EXPONENT = signed(11)
 
 
-def _leading_zeros(value):
-    """Leading zeros of ``value`` (a log-depth tree); the count is meaningless for 0."""
-    width = 1
-    while width < len(value):
-        width *= 2
-    padded = Cat(Const(0, width - len(value)), value)        # pad below: same leading zeros
-
-    def tree(bits):
-        if len(bits) == 2:
-            return ~bits[1] & ~bits[0], ~bits[1]
-        half = len(bits) // 2
-        high_zero, high_count = tree(bits[half:])
-        low_zero, low_count = tree(bits[:half])
-        return high_zero & low_zero, Mux(high_zero, Cat(low_count, 1), Cat(high_count, 0))
-
-    return tree(padded)[1]
-
-
 class _Float:
     """A float32 value unpacked for the datapath: ``significand · 2^(exponent − 23)`` with the
     significand normalised (bit 23 set) unless ``zero``; subnormals are normalised too."""
@@ -90,7 +72,7 @@ class _Float:
         biased = bits[23:31]
         fraction = bits[:23]
         subnormal_zeros = Signal(range(32), name=f"{name}_subnormal_zeros")
-        m.d.comb += subnormal_zeros.eq(_leading_zeros(fraction))
+        m.d.comb += subnormal_zeros.eq(pipeline.leading_zeros(fraction))
         exponent = Signal(_EXPONENT, name=f"{name}_exponent")
         significand = Signal(24, name=f"{name}_significand")
         with m.If(biased == 0):                  # subnormal: fraction · 2^−149, normalised
@@ -239,7 +221,7 @@ class EltwiseAddLane(wiring.Component):
             c3 = carry(c2, 3)
 
             # -- 4: leading zeros.
-            s4_zeros = stage(_leading_zeros(s3_magnitude), f"{prefix}_s4_zeros", range(64))
+            s4_zeros = stage(pipeline.leading_zeros(s3_magnitude), f"{prefix}_s4_zeros", range(64))
             s4_magnitude = stage(s3_magnitude, f"{prefix}_s4_magnitude")
             s4_zero = stage(s3_magnitude == 0, f"{prefix}_s4_zero")
             s4_negative = stage(s3_negative, f"{prefix}_s4_negative")

@@ -4,14 +4,16 @@
 SE channel scale and the QLinearAdd unit; :func:`round_half_even` is the one round-to-nearest,
 ties-to-even step they (and the average pool) apply to significands and fixed-point values;
 :func:`round_significant` rounds an integer to a float32's 24 significant bits;
-:func:`signed_sum_magnitude` adds a signed constant to a sign-and-magnitude value.
+:func:`signed_sum_magnitude` adds a signed constant to a sign-and-magnitude value;
+:func:`leading_zeros` counts a value's leading zeros.
 """
 
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Mux, Signal, signed
 
-__all__ = ["stage", "delay", "round_half_even", "round_significant", "signed_sum_magnitude"]
+__all__ = ["stage", "delay", "round_half_even", "round_significant", "signed_sum_magnitude",
+           "leading_zeros"]
 
 #: Significant bits of a float32.
 FLOAT32_SIGNIFICAND = 24
@@ -68,3 +70,22 @@ def signed_sum_magnitude(m, negative, magnitude, addend, minus_addend, width: in
                  negated.eq(Mux(negative, magnitude + minus_addend, minus_addend - magnitude))]
     below = total < 0
     return Mux(below, negated, total)[:width - 1], below
+
+
+def leading_zeros(value):
+    """Leading zeros of ``value`` as a log-depth tree of multiplexers, not a priority chain.
+    The count is meaningless for 0 (it is 2^k − 1 for a 2^k-bit ``value``)."""
+    width = 1
+    while width < len(value):
+        width *= 2
+    padded = Cat(Const(0, width - len(value)), value)        # pad below: same leading zeros
+
+    def tree(bits):
+        if len(bits) == 2:
+            return ~bits[1] & ~bits[0], ~bits[1]
+        half = len(bits) // 2
+        high_zero, high_count = tree(bits[half:])
+        low_zero, low_count = tree(bits[:half])
+        return high_zero & low_zero, Mux(high_zero, Cat(low_count, 1), Cat(high_count, 0))
+
+    return tree(padded)[1]

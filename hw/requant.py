@@ -120,10 +120,8 @@ class Requantizer(wiring.Component):
         m.d.comb += magnitude.eq(Mux(acc_negative, -self.acc, self.acc))
         ones = Signal(32)
         m.d.comb += ones.eq(Mux(acc_negative, ~self.acc, self.acc))
-        leading_zeros = Signal(range(32), init=31)
-        for bit in range(32):               # later assignments win: the highest set bit
-            with m.If(ones[bit]):
-                m.d.comb += leading_zeros.eq(31 - bit)
+        leading_zeros = Signal(range(32))   # 31 for 0, as for 1
+        m.d.comb += leading_zeros.eq(pipeline.leading_zeros(ones))
 
         m_sign = self.multiplier[31]
         m_exponent_bits = self.multiplier[_MANTISSA_BITS:31]

@@ -15,7 +15,7 @@ from ..requant import Requantizer
 __all__ = ["INSTRUCTION_BYTES", "POST_WORDS", "result_fifo_depth", "results_in_flight",
            "FLOAT32_ONE", "TAG_INPUT", "TAG_WEIGHTS", "TAG_SHORTCUT", "TAG_PREFETCH",
            "ISA", "log2", "param_aligned", "one_hot", "post_word", "stage_zp", "stage_signed",
-           "code_types", "fetch_beats", "shifted_in", "aligned_instruction", "next_chunk",
+           "code_types", "fetch_beats", "shifted_in", "instruction_shift", "aligned_instruction", "next_chunk",
            "split_product", "fifo_room"]
 
 INSTRUCTION_BYTES = isa.WORDS * isa.WORD_BITS // 8
@@ -102,12 +102,26 @@ def shifted_in(buf, beat):
     return Cat(buf[len(beat):], beat)
 
 
-def aligned_instruction(buf, beats, address, bus_bytes):
-    """The instruction at byte ``address`` from ``buf`` after ``beats`` beats of its read
-    (the first beat holds it from the address's byte in the bus word on)."""
+def instruction_shift(m, address, bus_bytes, name):
+    """The bit offset of the instruction at byte ``address`` in its fetch buffer once its read
+    has shifted in (:func:`shifted_in`) every beat: ``(fetch_beats − beats)·B + address mod B``
+    bytes, where the read of ``INSTRUCTION_BYTES`` from ``address`` takes ``beats`` beats.
+    A register formed every cycle from the address's low bits, which hold still from the read's
+    command to its alignment: the alignment's shifter has no arithmetic in front of it."""
     B = bus_bytes
-    offset = (((fetch_beats(B) - beats) * B + address[:log2(B)]) * 8).as_unsigned()
-    return buf.bit_select(offset, ISA.size)
+    shift = Signal(range(fetch_beats(B) * B * 8), name=name)
+    with m.Switch(address[2:log2(B)] if B > 4 else Const(0, 1)):
+        for word in range(max(B // 4, 1)):
+            byte = 4 * word
+            beats = ceil((byte + INSTRUCTION_BYTES) / B)
+            with m.Case(word):
+                m.d.sync += shift.eq((fetch_beats(B) - beats) * B * 8 + byte * 8)
+    return shift
+
+
+def aligned_instruction(buf, shift):
+    """The instruction ``shift`` bits into ``buf`` (:func:`instruction_shift`)."""
+    return buf.bit_select(shift, ISA.size)
 
 
 def next_chunk(ob_base, ob_count, out_blocks, chunk_obs):

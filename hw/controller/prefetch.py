@@ -12,8 +12,8 @@ from sfnpu.isa import ConvKind, MemSpace, Opcode
 from sfnpu.regmap import ErrorCode
 
 from ..dma import Direction
-from .common import INSTRUCTION_BYTES, ISA, aligned_instruction, fetch_beats, log2, \
-    shifted_in
+from .common import INSTRUCTION_BYTES, ISA, aligned_instruction, fetch_beats, instruction_shift, \
+    log2, shifted_in
 
 __all__ = ["WeightPrefetch"]
 
@@ -101,7 +101,6 @@ class WeightPrefetch(wiring.Component):
         instr, cmd, beats = self.instr, self.cmd, self.beats
         state = Signal(range(13))
         buf = Signal(fetch_beats(B) * B * 8)
-        count = Signal(range(fetch_beats(B) + 1))
         bits = Signal(ISA.size)
         nxt = data.View(isa.InstructionLayout, bits)
         words = Signal(32)
@@ -118,6 +117,7 @@ class WeightPrefetch(wiring.Component):
                                      * ((nxt.in_c + Ti - 1) >> log2(Ti))),
                      instr_words.eq(instr_blocks * (nxt.kh * nxt.kw))]
         instr_addr = self.fetch_addr + INSTRUCTION_BYTES
+        shift = instruction_shift(m, instr_addr, B, "instr_shift")
         grant = cmd.valid & cmd.ready
         m.d.comb += [
             cmd.payload.direction.eq(Direction.READ),
@@ -130,15 +130,14 @@ class WeightPrefetch(wiring.Component):
                 m.d.comb += [cmd.valid.eq(1), cmd.payload.address.eq(instr_addr),
                              cmd.payload.length.eq(INSTRUCTION_BYTES)]
                 with m.If(grant):
-                    m.d.sync += [state.eq(INSTR_DATA), count.eq(0)]
+                    m.d.sync += state.eq(INSTR_DATA)
             with m.Case(INSTR_DATA):
                 with m.If(beats.valid):
-                    m.d.sync += [buf.eq(shifted_in(buf, beats.payload.data)),
-                                 count.eq(count + 1)]
+                    m.d.sync += buf.eq(shifted_in(buf, beats.payload.data))
                     with m.If(beats.payload.last):
                         m.d.sync += state.eq(ALIGN)
             with m.Case(ALIGN):
-                m.d.sync += [bits.eq(aligned_instruction(buf, count, instr_addr, B)),
+                m.d.sync += [bits.eq(aligned_instruction(buf, shift)),
                              state.eq(BLOCKS)]
             with m.Case(BLOCKS):
                 m.d.sync += state.eq(WORDS)

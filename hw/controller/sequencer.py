@@ -18,8 +18,8 @@ from sfnpu.regmap import ErrorCode
 
 from ..conv_array import depthwise_taps
 from ..dma import Direction
-from .common import (INSTRUCTION_BYTES, aligned_instruction, fetch_beats, log2, param_aligned,
-                     next_chunk, shifted_in, split_product)
+from .common import (INSTRUCTION_BYTES, aligned_instruction, fetch_beats, instruction_shift,
+                     log2, param_aligned, next_chunk, shifted_in, split_product)
 
 __all__ = ["Sequencer", "group_layout"]
 
@@ -226,6 +226,7 @@ class Sequencer(wiring.Component):
         with m.If(self.pf_loaded):
             m.d.sync += [r.held_valid.eq(1), r.held_offset.eq(self.pf_offset),
                          r.held_depthwise.eq(0), self.held_base.eq(self.pf_base)]
+        r.fetch_shift = instruction_shift(m, self.fetch_addr, B, "fetch_shift")
         # ``flush`` (high in FLUSH) resets most of the compute path: a register of its own, so
         # the reset net's long routes start at a flip-flop, not behind the DMA's idle logic.
         m.d.sync += self.flush.eq(0)
@@ -389,8 +390,7 @@ class Sequencer(wiring.Component):
         self._transfer(m, r, "FETCH", fetch_addr, INSTRUCTION_BYTES, "FETCH_ALIGN",
                        on_cmd=restart, on_beat=shift_in_instruction)
         with m.State("FETCH_ALIGN"):
-            m.d.sync += self.instr.as_value().eq(
-                aligned_instruction(r.fetch_buf, r.beat_index, fetch_addr, B))
+            m.d.sync += self.instr.as_value().eq(aligned_instruction(r.fetch_buf, r.fetch_shift))
             m.next = "DECODE"
             self._guard(m, r)
 
