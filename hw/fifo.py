@@ -58,9 +58,13 @@ class BlockRamFIFO(Elaboratable, FIFOInterface):
     def elaborate(self, platform):
         m = Module()
         depth = self.depth
+        # Room and content as flags kept beside the level (``level != depth``, ``level != 0``
+        # in every cycle): a producer's handshake starts at a flip-flop, not at a comparison.
+        not_full = Signal(init=1)
+        not_empty = Signal()
         m.d.comb += [
-            self.w_rdy.eq(self.level != depth),
-            self.r_rdy.eq(self.level != 0),
+            self.w_rdy.eq(not_full),
+            self.r_rdy.eq(not_empty),
             self.w_level.eq(self.level),
             self.r_level.eq(self.level),
         ]
@@ -95,7 +99,9 @@ class BlockRamFIFO(Elaboratable, FIFOInterface):
         with m.If(do_write):
             m.d.sync += produce.eq(following(produce))
         with m.If(do_write & ~do_read):
-            m.d.sync += self.level.eq(self.level + 1)
+            m.d.sync += [self.level.eq(self.level + 1), not_empty.eq(1),
+                         not_full.eq(self.level != depth - 1)]
         with m.If(do_read & ~do_write):
-            m.d.sync += self.level.eq(self.level - 1)
+            m.d.sync += [self.level.eq(self.level - 1), not_full.eq(1),
+                         not_empty.eq(self.level != 1)]
         return m

@@ -221,6 +221,7 @@ class _ReaderPosition:
         # writer may not store yet (max(y0, 0) + capacity): the read and write handshakes
         # compare with registers.
         self.y_end = Signal(_COORD)
+        self.y_kh = Signal(_COORD)                        # y0 + kh, before the clamp
         self.room_end = Signal(signed(_COORD.width + 8))
         self.capacity = capacity                          # rows the ring holds
         self.b0 = Signal(range(ROW_BUFFER_ROWS))
@@ -229,9 +230,10 @@ class _ReaderPosition:
         self.cb_offset = Signal(range(max_words + 1))    # cb · in_w
         self.window_x = Signal(_COORD)                    # leftmost column of the window
         self.column = Signal(_COORD)                      # column being fetched
-        self.fetched = Signal(range(MAX_KERNEL))          # columns of this window fetched
+        # Columns of this window still to fetch after the current one: a down-counter, so
+        # that the window's last column is a test for zero, not an adder and a comparison.
+        self.columns_left = Signal(range(MAX_KERNEL))
         self.part = Signal(range(_MAX_PARTS))
-        self.first_window = Signal()                      # first window of a pass
 
 
 class _WindowRegister:
@@ -301,9 +303,8 @@ class RowBuffer(wiring.Component):
         # -- reader, stage 0: column addresses ----------------------------------------------------
         reader = _ReaderPosition(self.max_words, prm, capacity)
         rows_ready = rows_written >= reader.y_end
-        columns = Mux(reader.first_window, prm.kw, slide)
         last_part = reader.part + 1 >= parts
-        last_column = last_part & (reader.fetched + 1 == columns)
+        last_column = last_part & (reader.columns_left == 0)
 
         r1_valid = Signal()
         r1_load = Signal()            # stage 1 takes a new read this cycle
@@ -442,7 +443,7 @@ class RowBuffer(wiring.Component):
         """Move the ring position from row y0 to row y0 + sh (sh ≤ 2 < banks)."""
         prm, banks, offsets = self.params, ROW_BUFFER_ROWS, reader.offsets
         bank = reader.b0 + prm.sh
-        self._set_y0(m, reader, reader.y0 + prm.sh)
+        self._set_y0(m, reader, reader.y0 + prm.sh, reader.y_kh + prm.sh)
         with m.If(bank >= banks):
             place, offset = self._next_place(reader.place2, offsets[2])
             m.d.sync += [reader.b0.eq(bank - banks), offsets[0].eq(offsets[1]),
@@ -451,14 +452,16 @@ class RowBuffer(wiring.Component):
         with m.Else():
             m.d.sync += reader.b0.eq(bank)
 
-    def _set_y0(self, m, reader, y0):
-        """Move the reader to input row ``y0``, with the registers derived from it."""
+    def _set_y0(self, m, reader, y0, y_kh):
+        """Move the reader to input row ``y0``, with the registers derived from it; ``y_kh``
+        is ``y0 + kh``, formed from the last one, as ``y0`` is: one adder before the clamp."""
         prm = self.params
-        y0_value = Signal(_COORD)
-        m.d.comb += y0_value.eq(y0)
+        y0_value, y_kh_value = Signal(_COORD), Signal(_COORD)
+        m.d.comb += [y0_value.eq(y0), y_kh_value.eq(y_kh)]
         m.d.sync += [
             reader.y0.eq(y0_value),
-            reader.y_end.eq(Mux(y0_value + prm.kh < prm.in_h, y0_value + prm.kh, prm.in_h)),
+            reader.y_kh.eq(y_kh_value),
+            reader.y_end.eq(Mux(y_kh_value < prm.in_h, y_kh_value, prm.in_h)),
             reader.room_end.eq(Mux(y0_value < 0, 0, y0_value) + reader.capacity),
         ]
 
@@ -497,31 +500,31 @@ class RowBuffer(wiring.Component):
 
         with m.If(start):
             self._reader_start(m, reader)
-            self._set_y0(m, reader, -prm.pad_top)
+            self._set_y0(m, reader, -prm.pad_top, prm.kh - prm.pad_top)
             restart("oy", "rep", "cb", "ox")
             m.d.sync += [
                 reading.eq(1), r.cb_offset.eq(0),
                 r.window_x.eq(-prm.pad_left),
-                r.column.eq(-prm.pad_left), r.fetched.eq(0), r.part.eq(0),
-                r.first_window.eq(1),
+                r.column.eq(-prm.pad_left), r.columns_left.eq(prm.kw - 1), r.part.eq(0),
             ]
         with m.Elif(issue):
             with m.If(~last_part):
                 m.d.sync += r.part.eq(r.part + 1)
             with m.Elif(~last_column):
-                m.d.sync += [r.part.eq(0), r.fetched.eq(r.fetched + 1), r.column.eq(r.column + 1)]
+                m.d.sync += [r.part.eq(0), r.columns_left.eq(r.columns_left - 1),
+                             r.column.eq(r.column + 1)]
             with m.Else():
-                m.d.sync += [r.part.eq(0), r.fetched.eq(0)]
+                m.d.sync += r.part.eq(0)
                 with m.If(more["ox"]):
                     # Next window: only the columns that slide in.
                     step("ox")
                     m.d.sync += [r.window_x.eq(r.window_x + prm.sw),
                                  r.column.eq(r.window_x + prm.sw + prm.kw - slide),
-                                 r.first_window.eq(0)]
+                                 r.columns_left.eq(slide - 1)]
                 with m.Else():
                     restart("ox")
                     m.d.sync += [r.window_x.eq(-prm.pad_left),
-                                 r.column.eq(-prm.pad_left), r.first_window.eq(1)]
+                                 r.column.eq(-prm.pad_left), r.columns_left.eq(prm.kw - 1)]
                     with m.If(more["cb"]):
                         step("cb")
                         m.d.sync += r.cb_offset.eq(r.cb_offset + prm.in_w)

@@ -215,7 +215,10 @@ class Sequencer(wiring.Component):
         # its second cycle, its extent from the fourth.
         assert self.sizes.row_words.bit_length() >= 3
         r.in_extent = split_product(m, g.in_blocks, g.in_plane, "in_extent")
-        r.out_extent = split_product(m, g.out_block0 + g.out_blocks, g.out_plane, "out_extent")
+        # (the output's block count, a sum, one register stage before: final from the third)
+        out_block_end = Signal(len(g.out_blocks) + 1, name="out_block_end")
+        m.d.sync += out_block_end.eq(g.out_block0 + g.out_blocks)
+        r.out_extent = split_product(m, out_block_end, g.out_plane, "out_extent")
         r.sc_extent = split_product(m, g.out_blocks, g.sc_plane, "sc_extent")
         # Read data outside compute: a beat per cycle.
         with m.If(self.beat_fire & ~self.compute):
@@ -444,6 +447,11 @@ class Sequencer(wiring.Component):
         illegal, unsupported = self._decode_checks()
         padded_h = instr.in_h + instr.pad_top + instr.pad_bottom
         padded_w = instr.in_w + instr.pad_left + instr.pad_right
+        # The instruction's own field checks, registered every cycle (the instruction holds
+        # from FETCH_ALIGN on) and read in DECODE2: no adder or wide OR in front of DECODE's
+        # next state.
+        fields_illegal = Signal()
+        m.d.sync += fields_illegal.eq(illegal | (padded_h < kh) | (padded_w < kw))
         with m.State("DECODE"):
             none = instr.conv == ConvKind.NONE
             dw = (instr.conv == ConvKind.DEPTHWISE) | none
@@ -472,8 +480,6 @@ class Sequencer(wiring.Component):
             ]
             with m.If(instr.opcode != Opcode.GROUP):
                 self._fail(m, r, ErrorCode.ILLEGAL_OPCODE)
-            with m.Elif(illegal | (padded_h < kh) | (padded_w < kw)):
-                self._fail(m, r, ErrorCode.ILLEGAL_FIELD)
             with m.Else():
                 m.next = "DECODE2"
             self._guard(m, r)
@@ -499,7 +505,8 @@ class Sequencer(wiring.Component):
                 (instr.pool_size < 2) | (instr.pool_stride == 0) | (instr.pool_stride > 2)
                 | (instr.pool_pad >= instr.pool_size) | (pooled_h == 0) | (pooled_w == 0))
             carry = instr.psum_keep | instr.psum_hold
-            with m.If(no_pool | global_pool | odd | window | (carry & (g.conv_h != 1))
+            with m.If(fields_illegal | no_pool | global_pool | odd | window
+                      | (carry & (g.conv_h != 1))
                       | (instr.psum_keep & ~r.psum_held)):
                 self._fail(m, r, ErrorCode.ILLEGAL_FIELD)
             with m.Elif(unsupported):
@@ -628,9 +635,12 @@ class Sequencer(wiring.Component):
         # comparison then needs no cycle of its own in front of the state register).
         more_chunks_r = Signal(name="more_chunks")
         m.d.sync += more_chunks_r.eq(more_chunks)
-        # The next chunk's shortcut offset, in two register stages from registers final in
-        # COMPUTE_START (sc_plane: before it): read at COMPUTE's end, two cycles later or more.
-        next_sc_chunk = split_product(m, next_ob, g.sc_plane, "next_sc_chunk")
+        # The next chunk's shortcut offset, in three register stages (the block, then the
+        # product's) from registers final in COMPUTE_START (sc_plane: before it): read at
+        # COMPUTE's end, which the datapath's drain puts more than three cycles later.
+        next_ob_r = Signal.like(next_ob, name="next_ob")
+        m.d.sync += next_ob_r.eq(next_ob)
+        next_sc_chunk = split_product(m, next_ob_r, g.sc_plane, "next_sc_chunk")
         word_bytes = log2(cfg.ti * cfg.to)
 
         def param_cmd():
