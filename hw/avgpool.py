@@ -52,7 +52,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .pipeline import FLOAT32_SIGNIFICAND as _SIG
-from .pipeline import config_register, round_half_even, round_significant, signed_sum_magnitude
+from .pipeline import round_half_even, round_significant, signed_sum_magnitude
 from .beat import code_beat, pass_through
 from .held_output import HeldOutput
 from .requant import FLOAT32_BIAS
@@ -510,10 +510,8 @@ class AvgPool(wiring.Component):
         # The group ends with its last input row or its last output row, whichever comes last:
         # start over in the same cycle (the configuration may change right after).
         # Both tests are taken from registers before the handshakes select one of them.
-        inputs_end = Mux(row_stored, rows.rows_in == self._last(m, self.in_h, "in_h_last"),
-                         rows.rows_in == self.in_h)
-        outputs_end = Mux(row_walked, rows.oy == self._last(m, self.out_h, "out_h_last"),
-                          rows.outputs_done)
+        inputs_end = Mux(row_stored, rows.rows_in + 1 == self.in_h, rows.rows_in == self.in_h)
+        outputs_end = Mux(row_walked, rows.oy + 1 == self.out_h, rows.outputs_done)
         with m.If(inputs_end & outputs_end):
             m.d.sync += [rows.rows_in.eq(0), rows.in_slot.eq(0), rows.oy.eq(0), rows.w.eq(0),
                          rows.storable.eq(_MAX_KERNEL), rows.w_slot.eq(0),
@@ -592,8 +590,7 @@ class AvgPool(wiring.Component):
     def _store_input(self, m, writes, rows):
         """Input: beats into the line buffers while one is free; returns "a row is complete"."""
         in_column, in_segment, in_address = rows.in_column, rows.in_segment, rows.in_address
-        column_end = in_column == self._last(m, self.in_w, "in_w_last")
-        in_row_end = column_end & (in_segment == self._last(m, self.blocks, "in_blocks_last"))
+        in_row_end = (in_column == self.in_w - 1) & (in_segment == self.blocks - 1)
         accept = Signal()
         m.d.comb += [
             self.i_stream.ready.eq(self.enable & (rows.rows_in < self.in_h)
@@ -608,10 +605,10 @@ class AvgPool(wiring.Component):
             ]
         with m.If(accept):
             m.d.sync += [
-                in_column.eq(Mux(column_end, 0, in_column + 1)),
+                in_column.eq(Mux(in_column == self.in_w - 1, 0, in_column + 1)),
                 in_address.eq(Mux(in_row_end, 0, in_address + 1)),
             ]
-            with m.If(column_end):
+            with m.If(in_column == self.in_w - 1):
                 m.d.sync += in_segment.eq(Mux(in_row_end, 0, in_segment + 1))
         row_stored = accept & in_row_end
         with m.If(row_stored):
@@ -779,13 +776,6 @@ class AvgPool(wiring.Component):
                 ]
             with m.Else():
                 m.d.sync += walk.walk_column.eq(walk.walk_column + 1)
-
-    @staticmethod
-    def _last(m, size, name):
-        """``size − 1`` as a configuration register (:func:`~.pipeline.config_register`): the
-        row and group ends are equalities with registers, with no carry chain in front of
-        the resets they drive."""
-        return config_register(m, (size - 1)[:len(size)], name)
 
     def _needed(self, w):
         """The input rows output row oy needs once its first window row is ``w − pad``

@@ -41,7 +41,6 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .beat import code_beat, pass_through
-from .pipeline import config_register
 from .stream_register import StreamRegister
 
 __all__ = ["MaxPool", "MAX_HEIGHT"]
@@ -229,7 +228,7 @@ class MaxPool(wiring.Component):
         next_h_count = h_count + h_emit
         segment_done = (_steps_to(h_position, h_accept, self.in_w, h_axis.last)
                         & _steps_to(h_count, h_emit, self.out_w,
-                                    config_register(m, self.out_w - 1, "h_count_last")))
+                                    _config_register(m, self.out_w - 1, "h_count_last")))
         with m.If(segment_done):
             m.d.sync += [h_position.eq(0), h_count.eq(0)]
         with m.Else():
@@ -305,7 +304,7 @@ class MaxPool(wiring.Component):
             m.d.sync += column.eq(Mux(row_end, 0, column + 1))
         # The next row's tests from the current state, side by side: no adder on them.
         next_outputs_done = _steps_to(v_count, row_emits, self.out_h,
-                                      config_register(m, self.out_h - 1, "v_count_last"))
+                                      _config_register(m, self.out_h - 1, "v_count_last"))
         group_done = next_outputs_done & _steps_to(v_position, row_takes_input, self.in_h,
                                                    v_axis.last)
         next_has_input = Mux(row_takes_input, v_position < v_axis.last,
@@ -353,6 +352,14 @@ class MaxPool(wiring.Component):
         return row_end
 
 
+def _config_register(m, value, name):
+    """``value``, formed from the configuration, as a register loaded every cycle (never
+    reset, so it follows a new configuration a cycle late; see :class:`_WindowAxis`)."""
+    register = Signal.like(value, name=name, reset_less=True)
+    m.d.sync += register.eq(value)
+    return register
+
+
 def _steps_to(counter, step, size, size_less_one):
     """``counter + step == size`` from two equalities formed side by side (``step`` is the
     late signal: a handshake)."""
@@ -376,9 +383,9 @@ class _WindowAxis:
         self.position = position
         self.rel = Signal(signed(16), name=f"{name}_rel")
         self.name, self.kernel, self.pad = name, kernel, pad
-        self.reach = config_register(m, (kernel - 1 - pad).as_signed(), f"{name}_reach")
-        self.last = config_register(m, (size - 1)[:len(size)], f"{name}_last")
-        self.cover = {d: config_register(m, (d - pad).as_signed(), f"{name}_cover_{d}")
+        self.reach = _config_register(m, (kernel - 1 - pad).as_signed(), f"{name}_reach")
+        self.last = _config_register(m, (size - 1)[:len(size)], f"{name}_last")
+        self.cover = {d: _config_register(m, (d - pad).as_signed(), f"{name}_cover_{d}")
                       for d in (1, 2)}
         self.up_to_end = (self.rel <= self.reach) & (position <= self.last)
         self.at_or_after_end = (self.rel >= self.reach) | (position >= self.last)
@@ -390,7 +397,7 @@ class _WindowAxis:
             if (a, e) == (0, 0):
                 return self.reach
             value = (self.kernel - 1 - self.pad - a + (stride if e else 0)).as_signed()
-            return config_register(m, value, f"{self.name}_reach_{a}{e}")
+            return _config_register(m, value, f"{self.name}_reach_{a}{e}")
         up_to = {(a, e): self.rel <= threshold(a, e) for a in (0, 1) for e in (0, 1)}
         return Mux(arrived, Mux(emitted, up_to[1, 1], up_to[1, 0]),
                    Mux(emitted, up_to[0, 1], up_to[0, 0]))

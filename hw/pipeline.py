@@ -5,8 +5,7 @@ SE channel scale and the QLinearAdd unit; :func:`round_half_even` is the one rou
 ties-to-even step they (and the average pool) apply to significands and fixed-point values;
 :func:`round_significant` rounds an integer to a float32's 24 significant bits;
 :func:`signed_sum_magnitude` adds a signed constant to a sign-and-magnitude value;
-:func:`leading_zeros` counts a value's leading zeros; :func:`config_register` holds a value
-derived from a unit's configuration.
+:func:`leading_zeros` counts a value's leading zeros.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from __future__ import annotations
 from amaranth.hdl import Cat, Const, Mux, Signal, signed
 
 __all__ = ["stage", "delay", "round_half_even", "round_significant", "signed_sum_magnitude",
-           "leading_zeros", "config_register"]
+           "leading_zeros"]
 
 #: Significant bits of a float32.
 FLOAT32_SIGNIFICAND = 24
@@ -25,16 +24,6 @@ def stage(m, value, name: str, shape=None):
     reg = Signal(shape if shape is not None else value.shape(), name=name, reset_less=True)
     m.d.sync += reg.eq(value)
     return reg
-
-
-def config_register(m, value, name: str):
-    """``value``, formed from a unit's configuration, as a register loaded every cycle (never
-    reset): a test on it has no arithmetic of the configuration in front of it. It follows a
-    new configuration a cycle late, which no beat sees where a unit takes its first beat a
-    cycle after its configuration is set at the earliest."""
-    register = Signal.like(value, name=name, reset_less=True)
-    m.d.sync += register.eq(value)
-    return register
 
 
 def delay(m, value, cycles: int, name: str):

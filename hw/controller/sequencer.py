@@ -567,18 +567,12 @@ class Sequencer(wiring.Component):
         block_words = g.block_words
         out_local = instr.output.space != MemSpace.DRAM
         sc_local = instr.shortcut.space != MemSpace.DRAM
-        # DIVIDE's weight tests as registers formed every cycle: their operands are final
-        # from DIVIDE's first cycle (weight_steps: a product of DECODE's registers), they are
-        # read in its last, the fourth or later.
-        too_big, held_match = Signal(name="too_big"), Signal(name="held_match")
-        m.d.sync += [too_big.eq(r.weight_steps > sizes.weight_words),
-                     held_match.eq(r.held_valid & (r.held_offset == instr.weights.offset)
-                                   & (r.held_depthwise == g.depthwise))]
         with m.State("DIVIDE"):
             m.d.sync += g.sc_plane.eq(Mux(eltwise_reads_map(instr.eltwise), r.sc_area << log2(L),
                                           L))
             # places = ⌊row_words_max / row_words⌋, one quotient bit per cycle.
             with m.If(r.div_bit == 0):
+                too_big = r.weight_steps > sizes.weight_words
                 frame = instr.reuse == Reuse.FRAME
                 stage = (too_big & frame & (instr.conv == ConvKind.NORMAL)
                          & (instr.input.space == MemSpace.DRAM))
@@ -594,13 +588,15 @@ class Sequencer(wiring.Component):
                 sc_end = instr.shortcut.offset + r.sc_extent
                 with m.If(r.overflow
                           | (g.places < r.kernel_places)
-                          | (too_big & g.depthwise)
+                          | ((r.weight_steps > sizes.weight_words) & g.depthwise)
                           | ((instr.input.space != MemSpace.DRAM) & (in_end > size))
                           | (stage & (r.in_extent > size))
                           | (out_local & (out_end > size))
                           | (sc_local & (instr.eltwise != Eltwise.NONE) & (sc_end > size))):
                     self._fail(m, r, ErrorCode.BUFFER_OVERFLOW)
-                with m.Elif(instr.weights_held & ~(held_match & ~too_big)):
+                with m.Elif(instr.weights_held & ~(r.held_valid & ~too_big
+                                                   & (r.held_offset == instr.weights.offset)
+                                                   & (r.held_depthwise == g.depthwise))):
                     self._fail(m, r, ErrorCode.WEIGHTS_NOT_HELD)
                 with m.Elif(too_big & frame):
                     m.next = "CHUNK"
