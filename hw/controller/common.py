@@ -15,8 +15,8 @@ from ..requant import Requantizer
 __all__ = ["INSTRUCTION_BYTES", "POST_WORDS", "result_fifo_depth", "results_in_flight",
            "FLOAT32_ONE", "TAG_INPUT", "TAG_WEIGHTS", "TAG_SHORTCUT", "TAG_PREFETCH",
            "ISA", "log2", "param_aligned", "one_hot", "post_word", "stage_zp", "stage_signed",
-           "code_types", "fetch_beats", "shifted_in", "instruction_shift", "aligned_instruction", "next_chunk",
-           "split_product", "fifo_room"]
+           "code_types", "fetch_beats", "shifted_in", "instruction_shift",
+           "aligned_instruction", "next_chunk", "split_product", "fifo_room"]
 
 INSTRUCTION_BYTES = isa.WORDS * isa.WORD_BITS // 8
 #: The post record (:data:`sfnpu.layout.POST_RECORD`) as 32-bit words.
