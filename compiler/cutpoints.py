@@ -33,11 +33,11 @@ from typing import Callable, Iterator, Sequence
 
 from sfnpu import isa, layout
 from sfnpu.config import HwConfig
-from sfnpu.isa import ConvKind, Instruction, MemSpace, Reuse
+from sfnpu.isa import ConvKind, Instruction, Reuse
 
 from .blocks import Blocks, detect_blocks
 from .memory import (WEIGHT_BUFFER, AllocationError, Budget, Policy, Requirements, Traffic,
-                     Violation, accesses, allocate, dense_requirements, instruction_needs,
+                     Violation, allocate, dense_requirements, instruction_needs,
                      long_path_tensors, place, requirements, store_overflows, traffic,
                      weights_read_again)
 

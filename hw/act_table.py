@@ -18,7 +18,7 @@ bus beat).
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 

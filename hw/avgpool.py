@@ -46,8 +46,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 

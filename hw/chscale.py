@@ -26,7 +26,7 @@ scale codes per channel block (or, ``per_pixel``, one per pixel) from a second s
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 

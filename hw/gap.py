@@ -19,7 +19,7 @@ row's segments finish the blocks in order; each one's sums go to the holding ban
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 

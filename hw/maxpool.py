@@ -36,7 +36,7 @@ import operator
 from functools import reduce
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 

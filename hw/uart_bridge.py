@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 
 from sfnpu.hostlink import HEADER_BYTES, LINK_VERSION, Command, Status
 
-from .axi import AxiLiteSignature, Resp
+from .axi import AxiLiteSignature
 from .block_ram import HostPortSignature
 
 __all__ = ["UartBridge"]

@@ -16,7 +16,7 @@ exactly the interleaved order of the ``2H × 2W`` output. The controller sets
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 

@@ -18,7 +18,7 @@ from amaranth.back import verilog
 from amaranth.hdl import Const
 from amaranth.lib import data, wiring
 
-from sfnpu.config import CONFIGS, HwConfig, get_config
+from sfnpu.config import CONFIGS, get_config
 
 from .datapath import ConvDatapath
 from .requant import Requantizer

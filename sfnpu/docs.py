@@ -119,7 +119,7 @@ _C_TYPES = {"B": "uint8_t", "H": "uint16_t", "h": "int16_t", "I": "uint32_t",
 
 
 def _c_struct(name: str, fields) -> list[str]:
-    out = [f"typedef struct __attribute__((packed)) {{"]
+    out = ["typedef struct __attribute__((packed)) {"]
     for fname, fmt, doc in fields:
         if fmt.endswith("s"):
             decl = f"char {fname}[{fmt[:-1]}];"

@@ -23,7 +23,6 @@ import dataclasses
 import enum as py_enum
 from typing import Any, Iterable
 
-from amaranth.hdl import Shape
 from amaranth.lib import data, enum
 
 __all__ = [

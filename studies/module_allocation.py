@@ -312,7 +312,6 @@ def report_markdown(st: ModuleStudy, command: str, png: str, csv_name: str) -> s
 
 def _explanations(st: ModuleStudy) -> list[str]:
     out = []
-    largest = max((r for r in st.rows), key=lambda r: r.best.layout, default=None)
     each = st.config.buffer_bytes[0]
     best_each = st.best_budget // 3
     if st.best_budget > st.budget:

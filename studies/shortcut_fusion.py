@@ -49,7 +49,7 @@ from sfnpu.compiler.memory import (WEIGHT_BUFFER, WEIGHT_READS, Budget, Policy, 
                                    staging)
 from sfnpu.compiler.pipeline import Compiled, PipelineConfig, compile_model, ensure_qdq
 from sfnpu.config import DEVICES, HwConfig, get_config
-from sfnpu.isa import ConvKind, Eltwise, MemSpace, Reuse, eltwise_reads_map
+from sfnpu.isa import ConvKind, MemSpace, Reuse, eltwise_reads_map
 from sfnpu.models import builders
 
 from .networks import study_model

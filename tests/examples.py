@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sfnpu import image, isa, layout
+from sfnpu import image, layout
 from sfnpu.config import HwConfig
 from sfnpu.isa import Activation, ConvKind, Eltwise, Instruction, Pool, Reuse, buffer, dram
 

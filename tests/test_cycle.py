@@ -15,7 +15,7 @@ from sfnpu.compiler.memory import Policy, apply_policy, traffic
 from sfnpu.config import get_config
 from sfnpu.hw.conv_array import row_cycles
 from sfnpu.hw.row_buffer import window_params, window_schedule
-from sfnpu.isa import ConvKind, MemSpace, Reuse
+from sfnpu.isa import ConvKind, Reuse
 from sfnpu.sim.cycle import (GROUP_SLACK, GROUP_TOLERANCE, RUN_TOLERANCE, CycleModel,
                              GroupTiming, ModelRun, compare)
 from test_system import compiled_image, conv_stack, residual_net, se_net, wide_net

@@ -5,8 +5,6 @@ import struct
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from sfnpu import docs, image
 
 ROOT = Path(__file__).resolve().parents[1]

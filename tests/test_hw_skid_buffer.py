@@ -4,7 +4,6 @@ per cycle; one cycle of latency when the output is not stalled."""
 import random
 
 import pytest
-from amaranth.hdl import Module
 from amaranth.sim import Simulator
 
 from sfnpu.hw.skid_buffer import SkidBuffer

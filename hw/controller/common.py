@@ -111,7 +111,7 @@ def instruction_shift(m, address, bus_bytes, name):
     B = bus_bytes
     shift = Signal(range(fetch_beats(B) * B * 8), name=name)
     with m.Switch(address[2:log2(B)] if B > 4 else Const(0, 1)):
-        for word in range(max(B // 4, 1)):
+        for word in range(B // 4):
             byte = 4 * word
             beats = ceil((byte + INSTRUCTION_BYTES) / B)
             with m.Case(word):

@@ -97,7 +97,7 @@ class PostChain(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         L, B = self.lanes, self.bus_bytes
-        instr, post = self.instr, self.post
+        instr = self.instr
         flush = self.flush
         m.submodules.act = act = ResetInserter(flush)(ActivationTable(L, write_bytes=B))
         m.submodules.act_after = act_after = ResetInserter(flush)(
