@@ -1,6 +1,7 @@
 """``sfnpu bitstream`` (``make bitstream``): the ULX3S bitstream with the open flow, or a
 Vivado project for the Xilinx boards."""
 
+import argparse
 import time
 from pathlib import Path
 
@@ -11,7 +12,7 @@ HELP = "FPGA build: ULX3S bitstream or a Vivado project"
 
 
 def add_arguments(parser):
-    from sfnpu.tools.bitstream import BOARDS, DEFAULT_BAUD, DEFAULT_ROUTER, ROUTERS
+    from sfnpu.tools.bitstream import BOARDS, DEFAULT_BAUD, DEFAULT_ROUTER, DEFAULT_SEEDS, ROUTERS
 
     parser.add_argument("--board", default="ulx3s-85f", choices=BOARDS)
     parser.add_argument("--synth-only", action="store_true",
@@ -28,7 +29,10 @@ def add_arguments(parser):
     parser.add_argument("--config",
                         help="ulx3s-85f: the accelerator's configuration (default ecp5-ulx3s); "
                         "one the resource estimate puts beyond the part is refused")
-    parser.add_argument("--seed", type=int, default=1, help="ulx3s-85f: nextpnr's seed")
+    parser.add_argument("--seed", type=_seeds, default=DEFAULT_SEEDS, metavar="N[,N...]",
+                        help="ulx3s-85f: nextpnr's placement seeds; each places and routes "
+                        "(as many at once as there are cores) and the fastest is kept "
+                        f"(default {','.join(map(str, DEFAULT_SEEDS))})")
     parser.add_argument("--router", choices=("auto", *ROUTERS), default=DEFAULT_ROUTER,
                         help="ulx3s-85f: nextpnr's router (default auto: router2 with the "
                         "accelerator, router1 without)")
@@ -37,9 +41,21 @@ def add_arguments(parser):
     parser.add_argument("--out", help="output folder (default build/bitstream/BOARD)")
 
 
+def _seeds(text: str) -> tuple[int, ...]:
+    """``--seed 1`` or ``--seed 1,2,3``."""
+    try:
+        seeds = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: seeds are integers, comma-separated "
+                                         "(e.g. 1,2)") from None
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"{text!r}: a seed is given twice")
+    return seeds
+
+
 def _board_options(args) -> dict:
     """The keyword arguments of :func:`build_board` the options give for the board."""
-    from sfnpu.tools.bitstream import DEFAULT_ROUTER
+    from sfnpu.tools.bitstream import DEFAULT_ROUTER, DEFAULT_SEEDS
 
     if args.board == "ulx3s-85f":
         if args.memory_kib and args.memory != "bram":
@@ -54,9 +70,9 @@ def _board_options(args) -> dict:
                     memory=args.memory or "sdram",
                     memory_bytes=args.memory_kib * 1024 if args.memory_kib else None,
                     with_accelerator=not args.link_only, config=config,
-                    check_fit=not args.skip_fit_check, seed=args.seed, router=args.router)
+                    check_fit=not args.skip_fit_check, seeds=args.seed, router=args.router)
     if (args.synth_only or args.clock_mhz or args.memory or args.memory_kib or args.link_only
-            or args.config or args.skip_fit_check or args.seed != 1
+            or args.config or args.skip_fit_check or args.seed != DEFAULT_SEEDS
             or args.router != DEFAULT_ROUTER):
         raise CliError(f"--synth-only, --link-only, --clock-mhz, --memory, --memory-kib, "
                        f"--config, --skip-fit-check, --seed and --router apply to ulx3s-85f; "

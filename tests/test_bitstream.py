@@ -52,8 +52,12 @@ def check_build(build, out):
 @pytest.mark.parametrize("memory", ["sdram", "bram"])
 def test_ulx3s_flow_without_accelerator(memory):
     out = BUILD / f"ulx3s-85f-link-only-{memory}"
-    build = build_ecp5(out, with_accelerator=False, memory=memory, log=lambda _: None)
+    # The SDRAM build places once; the block-RAM build tries two seeds and keeps the faster.
+    seeds = (1,) if memory == "sdram" else (1, 2)
+    build = build_ecp5(out, with_accelerator=False, memory=memory, seeds=seeds,
+                       log=lambda _: None)
     check_build(build, out)
+    check_placements(build, out, seeds)
     report = (out / "report.md").read_text()
     if memory == "bram":
         # The image memory is all the block RAM there is: 2 KiB of data per DP16KD.
@@ -70,6 +74,42 @@ def test_ulx3s_flow_without_accelerator(memory):
     # Without the accelerator the board logic meets its clock (measured 106.6 MHz with block
     # RAM, 105.4 MHz with the SDRAM controller).
     assert all(achieved >= target for achieved, target in build.fmax.values()), build.fmax
+
+
+def check_placements(build, out, seeds):
+    """One placement per seed; the kept one is the fastest (the first on a tie), and the
+    build's report, configuration and log are that seed's."""
+    assert [p.seed for p in build.placements] == list(seeds)
+    assert all(p.error is None and p.fmax for p in build.placements)
+    margins = [p.margin for p in build.placements]
+    kept = build.placements[margins.index(max(margins))]
+    assert build.seed == kept.seed and build.fmax == kept.fmax
+    report = (out / "report.md").read_text()
+    assert f"seed {kept.seed})" in report
+    if len(seeds) == 1:
+        assert not any(out.glob("seed-*")) and "| seed |" not in report
+        return
+    # each seed placed the netlist its own way
+    configs = {(out / f"seed-{seed}" / "sfnpu_ulx3s.config").read_bytes() for seed in seeds}
+    assert len(configs) == len(seeds) and min(map(len, configs)) > 100_000
+    for suffix in ("config", "report.json", "tim"):
+        name = f"sfnpu_ulx3s.{suffix}"
+        assert (out / name).read_bytes() == (out / f"seed-{kept.seed}" / name).read_bytes()
+    rows = [line for line in report.splitlines() if line.startswith("| ") and " MHz | " in line
+            and line.split("|")[1].strip().isdigit()]
+    assert [int(row.split("|")[1]) for row in rows] == list(seeds)
+    assert sum(row.rstrip().endswith("| kept |") for row in rows) == 1
+
+
+def test_seed_arguments_move_every_output():
+    """Each seed's nextpnr writes its own report, log and configuration."""
+    from sfnpu.tools.bitstream import _seed_arguments
+
+    arguments = ["--report", "a.report.json", "--seed", "1", "--log", "a.tim", "--json",
+                 "a.json", "--textcfg", "a.config"]
+    assert _seed_arguments(arguments, 7, "seed-7") == [
+        "--report", "seed-7/a.report.json", "--seed", "7", "--log", "seed-7/a.tim",
+        "--json", "a.json", "--textcfg", "seed-7/a.config"]
 
 
 def test_config_beyond_the_part_is_refused_before_synthesis(tmp_path):

@@ -71,6 +71,12 @@ def test_bitstream_options_are_checked(capsys):
     assert code == 2 and "apply to ulx3s-85f" in out
     code, out = run(capsys, "bitstream", "--memory-kib", "32")
     assert code == 2 and "--memory bram" in out
+    code, out = run(capsys, "bitstream", "--board", "kcu105", "--seed", "3")
+    assert code == 2 and "--seed and --router apply to ulx3s-85f" in out
+    for seeds, reason in (("1,1", "a seed is given twice"), ("1,x", "comma-separated")):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(["bitstream", "--seed", seeds])
+        assert exited.value.code == 2 and reason in capsys.readouterr().err
 
 
 def test_firmware_builds_the_host_program(capsys, tmp_path):
