@@ -165,20 +165,27 @@ class PostChain(wiring.Component):
         m.submodules.clamped = clamped = ResetInserter(restart)(
             StreamRegister(data.ArrayLayout(8, L)))
         wiring.connect(m, clamp, clamped.i_stream)
-        wiring.connect(m, clamped.o_stream, maxpool.i_stream)
-        # One pool at most is enabled, the others pass beats through: the enabled pool's
-        # ready comes from the upsampler directly, so the disabled pools' handshake logic
-        # (a path that cannot occur) is not in series with it.
-        for pool, following in ((maxpool, avgpool), (avgpool, gap)):
-            m.d.comb += [
-                following.i_stream.valid.eq(pool.o_stream.valid),
-                following.i_stream.payload.eq(pool.o_stream.payload),
-                pool.o_stream.ready.eq(Mux(pool.enable, upsample.i_stream.ready,
-                                           following.i_stream.ready)),
-            ]
-        wiring.connect(m, gap.o_stream, upsample.i_stream)
+        self._pools(m, clamped.o_stream, (maxpool, avgpool, gap), upsample.i_stream)
         self._mask(m, upsample.o_stream)
         return m
+
+    def _pools(self, m, source, pools, sink):
+        """The pools side by side between ``source`` and ``sink``: one at most is enabled
+        (``instr.pool``), and it alone takes the source's beats and feeds the sink; with none
+        enabled the beats go straight through. In series, each disabled pool passing beats
+        on, the enabled pool's handshakes would run through the others' logic — paths that
+        cannot occur, which timing analysis would still count. The same cycles either way:
+        a disabled pool passes a beat on in the cycle it comes."""
+        ready, valid, payload = sink.ready, source.valid, source.payload.as_value()
+        for pool in pools:
+            enabled = pool.enable
+            m.d.comb += [pool.i_stream.valid.eq(source.valid & enabled),
+                         pool.i_stream.payload.eq(source.payload),
+                         pool.o_stream.ready.eq(sink.ready & enabled)]
+            ready = Mux(enabled, pool.i_stream.ready, ready)
+            valid = Mux(enabled, pool.o_stream.valid, valid)
+            payload = Mux(enabled, pool.o_stream.payload.as_value(), payload)
+        m.d.comb += [source.ready.eq(ready), sink.valid.eq(valid), sink.payload.eq(payload)]
 
     def _types(self):
         """(signed, zero point) of the codes after the first table, the element-wise stage and
