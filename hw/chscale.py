@@ -35,6 +35,7 @@ from .beat import code_beat, pass_through
 from .fifo import UNCHECKED_COLLISIONS, unchecked_read
 from .held_output import HeldOutput
 from .requant import FLOAT32_BIAS, Requantizer
+from .shared_product import Product, lane_products, products_members
 
 __all__ = ["ChannelScaleLane", "ChannelScale"]
 
@@ -71,6 +72,9 @@ class ChannelScaleLane(wiring.Component):
         The result (its low 8 bits are the output code).
     y_valid : Out(1)
         ``valid`` delayed by :attr:`LATENCY`.
+    p_product : Out(:attr:`CODE_PRODUCT`), m_product : Out(:attr:`SIGNIFICAND_PRODUCT`)
+        The lane's multipliers, outside it (:func:`~.shared_product.multiply`; the product
+        is registered there, the stage the lane counts in its latency).
 
     Configuration inputs must be stable while the pipeline holds a valid input.
 
@@ -91,6 +95,10 @@ class ChannelScaleLane(wiring.Component):
 
     #: Cycles from the inputs to ``y``.
     LATENCY = 9
+    #: The lane's products, registered outside it: ``(a − a_zp)(b − b_zp)`` (stage 1) and
+    #: float32(p)'s significand × the multiplier's (stage 3).
+    CODE_PRODUCT = Product(signed(10), signed(10), signed(20))
+    SIGNIFICAND_PRODUCT = Product(18, 24, 42)
 
     #: Round to nearest, ties to even, at a fixed bit position (shared with the requantiser;
     #: overridable, so a test can check that a broken rounding is caught).
@@ -110,6 +118,8 @@ class ChannelScaleLane(wiring.Component):
             "out_signed": In(1),
             "y": Out(signed(9)),
             "y_valid": Out(1),
+            "p_product": Out(self.CODE_PRODUCT),
+            "m_product": Out(self.SIGNIFICAND_PRODUCT),
         })
 
     def elaborate(self, platform):
@@ -135,7 +145,9 @@ class ChannelScaleLane(wiring.Component):
         b_value = Mux(self.b_signed, self.b.as_signed(), self.b)
         s0_a = stage(a_value - self.a_zp, "s0_a", signed(10))
         s0_b = stage(b_value - self.b_zp, "s0_b", signed(10))
-        s1_product = stage(s0_a * s0_b, "s1_product", signed(20))    # |p| ≤ 383² < 2^18
+        # (the multipliers, one stage each, are outside the lane: hw.shared_product)
+        m.d.comb += [self.p_product.a.eq(s0_a), self.p_product.b.eq(s0_b)]
+        s1_product = self.p_product.p                                 # |p| ≤ 383² < 2^18
 
         # -- stage 2: float32(p), exact: sign and magnitude normalised to bit 17 -------------
         magnitude = Signal(18)
@@ -153,7 +165,8 @@ class ChannelScaleLane(wiring.Component):
         # |p| = P·2^(e−17), m = M·2^(E−150), P ∈ [2^17, 2^18), M ∈ [2^23, 2^24): the product is
         # P·M·2^(e+E−167) with P·M ∈ [2^40, 2^42); reading bit 40 as the leading one gives the
         # exponent e + E − 127 (one more when bit 41 is set).
-        s3_product = stage(s2_significand * m_significand, "s3_product", 42)
+        m.d.comb += [self.m_product.a.eq(s2_significand), self.m_product.b.eq(m_significand)]
+        s3_product = self.m_product.p
         s3_exponent = stage(s2_exponent + m_biased_exponent - FLOAT32_BIAS, "s3_exponent",
                             signed(10))
         s3_zero = stage(s2_zero, "s3_zero")
@@ -243,6 +256,8 @@ class ChannelScale(wiring.Component):
     max_blocks : int
         Most channel blocks per row (the range of ``blocks`` and the depth of the scale
         register file); 1 by default.
+    shared_products : bool
+        The lanes' multipliers are outside the unit (``p_products``, ``m_products``).
 
     Signature
     ---------
@@ -273,6 +288,10 @@ class ChannelScale(wiring.Component):
     a_signed, a_zp, b_signed, b_zp, multiplier, y_zp, out_signed :
         Configuration, as in :class:`ChannelScaleLane` (instruction: ``sc_signed``/``sc_zp``
         for ``b``; post record: ``eltwise_const[0]`` and the eltwise stage's zero point/type).
+    p_products, m_products : Out(Product).array(lanes)
+        With ``shared_products``: the lanes' multipliers, built by the owner
+        (:func:`~.shared_product.multiply`), which may share them with a unit never enabled
+        together with this one; otherwise each lane has its own.
 
     Configuration may change only between groups: once every input beat has been accepted
     and every output beat delivered.
@@ -287,7 +306,7 @@ class ChannelScale(wiring.Component):
     LATENCY = ChannelScaleLane.LATENCY
 
     def __init__(self, lanes: int, max_height: int = 4095, max_width: int = 4095,
-                 max_blocks: int = 1):
+                 max_blocks: int = 1, shared_products: bool = False):
         if lanes < 1 or max_height < 1 or max_width < 1 or max_blocks < 1:
             raise ValueError(f"lanes, sizes and max_blocks must be positive ({lanes}, "
                              f"{max_height}, {max_width}, {max_blocks})")
@@ -295,8 +314,12 @@ class ChannelScale(wiring.Component):
         self.max_height = max_height
         self.max_width = max_width
         self.max_blocks = max_blocks
+        self.shared_products = shared_products
         beat = code_beat(lanes)
         super().__init__({
+            **products_members({"p": ChannelScaleLane.CODE_PRODUCT,
+                                "m": ChannelScaleLane.SIGNIFICAND_PRODUCT},
+                               lanes, shared_products),
             "i_stream": In(beat),
             "s_stream": In(beat),
             "o_stream": Out(beat),
@@ -392,6 +415,7 @@ class ChannelScale(wiring.Component):
 
         for lane in range(lanes):
             m.submodules[f"lane_{lane}"] = unit = ChannelScaleLane()
+            lane_products(m, self, unit, lane, ("p", "m"))
             m.d.comb += [
                 unit.a.eq(self.i_stream.payload[lane]),
                 unit.b.eq(current_scale[lane]),

@@ -40,6 +40,7 @@ from . import pipeline
 from .beat import code_beat, pass_through
 from .held_output import HeldOutput
 from .requant import FLOAT32_BIAS, Requantizer
+from .shared_product import Product, lane_products, products_members
 
 __all__ = ["EltwiseAddLane", "EltwiseAdd"]
 
@@ -115,6 +116,10 @@ class EltwiseAddLane(wiring.Component):
         The result (its low 8 bits are the output code).
     y_valid : Out(1)
         ``valid`` delayed by :attr:`LATENCY`.
+    u_product, t_product : Out(:attr:`PRODUCT`)
+        The two fused multiply-adds' multipliers, outside the lane
+        (:func:`~.shared_product.multiply`; the product is registered there, the stage the
+        lane counts in its latency).
 
     Configuration inputs must be stable while the pipeline holds a valid input.
 
@@ -133,6 +138,9 @@ class EltwiseAddLane(wiring.Component):
 
     #: Cycles from the inputs to ``y``.
     LATENCY = 15
+    #: Each fused multiply-add's product: a code's magnitude × a constant's significand,
+    #: registered outside the lane (stages 1 and 7).
+    PRODUCT = Product(8, 24, 32)
 
     #: Round to nearest, ties to even, at a fixed bit position (shared with the requantiser;
     #: overridable, so a test can check that a broken rounding is caught).
@@ -151,6 +159,8 @@ class EltwiseAddLane(wiring.Component):
             "out_signed": In(1),
             "y": Out(signed(9)),
             "y_valid": Out(1),
+            "u_product": Out(self.PRODUCT),
+            "t_product": Out(self.PRODUCT),
         })
 
     def elaborate(self, platform):
@@ -179,7 +189,10 @@ class EltwiseAddLane(wiring.Component):
             # and the addend C = Sc·2^(d + 4), d = Ec − Ex.
             negative_code = code < 0
             magnitude = Mux(negative_code, -code, code)[:8]
-            product = stage(magnitude * x.significand, f"{prefix}_s1_product", 32)
+            # (the multiplier, one stage, is outside the lane: hw.shared_product)
+            port = getattr(self, f"{prefix}_product")
+            m.d.comb += [port.a.eq(magnitude), port.b.eq(x.significand)]
+            product = port.p
             d = Signal(_EXPONENT, name=f"{prefix}_d")
             m.d.comb += d.eq(c.exponent - x.exponent)
             shift = Signal(range(_ADDEND_DOMINATES - _ADDEND_STICKY), name=f"{prefix}_shift")
@@ -337,6 +350,8 @@ class EltwiseAdd(wiring.Component):
     ----------
     lanes : int
         Codes per beat (``HwConfig.lanes``).
+    shared_products : bool
+        The lanes' multipliers are outside the unit (``u_products``, ``t_products``).
 
     Signature
     ---------
@@ -359,6 +374,10 @@ class EltwiseAdd(wiring.Component):
         Configuration: float32 bit patterns (post record ``eltwise_const[0..2]``).
     out_signed : In(1)
         Configuration: the output is int8 (1) or uint8 (0).
+    u_products, t_products : Out(EltwiseAddLane.PRODUCT).array(lanes)
+        With ``shared_products``: the lanes' multipliers, built by the owner
+        (:func:`~.shared_product.multiply`), which may share them with a unit never enabled
+        together with this one; otherwise each lane has its own.
 
     Configuration may change only between groups: once every input beat has been accepted
     and every output beat delivered.
@@ -371,10 +390,11 @@ class EltwiseAdd(wiring.Component):
 
     LATENCY = EltwiseAddLane.LATENCY
 
-    def __init__(self, lanes: int):
+    def __init__(self, lanes: int, shared_products: bool = False):
         if lanes < 1:
             raise ValueError(f"lanes must be positive, not {lanes}")
         self.lanes = lanes
+        self.shared_products = shared_products
         beat = code_beat(lanes)
         super().__init__({
             "i_stream": In(beat),
@@ -388,6 +408,8 @@ class EltwiseAdd(wiring.Component):
             "r_b": In(32),
             "fixed": In(32),
             "out_signed": In(1),
+            **products_members({"u": EltwiseAddLane.PRODUCT, "t": EltwiseAddLane.PRODUCT},
+                               lanes, shared_products),
         })
 
     def elaborate(self, platform):
@@ -404,6 +426,7 @@ class EltwiseAdd(wiring.Component):
 
         for lane in range(self.lanes):
             m.submodules[f"lane_{lane}"] = unit = EltwiseAddLane()
+            lane_products(m, self, unit, lane, ("u", "t"))
             stream_code = self.i_stream.payload[lane]
             shortcut_code = self.s_stream.payload[lane]
             m.d.comb += [

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from sfnpu.hw.chscale import ChannelScale, ChannelScaleLane
+from sfnpu.hw.shared_product import OwnProducts
 from sfnpu.numeric import qlinear_mul_codes, qlinear_mul_multiplier, qrange
 from sfnpu.tb.verilator import REPO_ROOT, VectorHarness, simulate_vectors
 from stream_bench import (beats_of, interleaved_beats_of, interleaved_tensor_of, run_streams,
@@ -131,7 +132,7 @@ def test_every_code_pair_on_verilator():
     expected = np.concatenate(expected)
     assert len(configs) > 200 and vectors["a"].size > 14_000_000
 
-    harness = VectorHarness(ChannelScaleLane(), "channel_scale_lane",
+    harness = VectorHarness(OwnProducts(ChannelScaleLane()), "channel_scale_lane",
                             REPO_ROOT / "build" / "test_hw_chscale")
     outputs = harness.run(vectors, flush=LATENCY)
     got = outputs["y"][LATENCY:LATENCY + expected.size]
@@ -182,7 +183,7 @@ def test_rounding_half_up_is_caught():
     vectors = {k: np.concatenate([v[:n], idle]) if k in ("a", "b", "valid") else v[:n + LATENCY]
                for k, v in vectors.items()}
     results = [simulate_vectors(lane, vectors, flush=LATENCY)["y"][LATENCY:LATENCY + n]
-               for lane in (ChannelScaleLane(), LaneRoundingHalfUp())]
+               for lane in (OwnProducts(ChannelScaleLane()), OwnProducts(LaneRoundingHalfUp()))]
     assert np.array_equal(results[0], expected[:n])
     assert np.count_nonzero(results[1] != expected[:n]) > 150     # the in-range ties, k even
 

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from sfnpu.hw.eltwise_add import EltwiseAdd, EltwiseAddLane
+from sfnpu.hw.shared_product import OwnProducts
 from sfnpu.numeric import fma_f32, qlinear_add_codes, qlinear_add_params, qrange
 from sfnpu.tb.verilator import REPO_ROOT, VectorHarness, simulate_vectors
 from stream_bench import beats_of, run_streams, tensor_of
@@ -394,7 +395,7 @@ def run_lane(harness, configs, pairs=None):
 
 @pytest.fixture(scope="module")
 def harness():
-    return VectorHarness(EltwiseAddLane(), "eltwise_add_lane", BUILD_DIR)
+    return VectorHarness(OwnProducts(EltwiseAddLane()), "eltwise_add_lane", BUILD_DIR)
 
 
 # -- Verilator: every code pair, hundreds of configurations -----------------------------------
@@ -511,7 +512,7 @@ def test_rounding_half_up_is_caught():
     valid = vectors["valid"].astype(bool)
     n = vectors["a"].size
     results = [simulate_vectors(lane, vectors, flush=LATENCY)["y"][LATENCY:LATENCY + n]
-               for lane in (EltwiseAddLane(), LaneRoundingHalfUp())]
+               for lane in (OwnProducts(EltwiseAddLane()), OwnProducts(LaneRoundingHalfUp()))]
     assert np.array_equal(results[0][valid], expected[valid])
     assert np.count_nonzero(results[1][valid] != expected[valid]) > 60
 

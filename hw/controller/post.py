@@ -16,6 +16,7 @@ from ..eltwise_add import EltwiseAdd
 from ..gap import GlobalAvgPool
 from ..maxpool import MaxPool
 from ..pipeline import stage
+from ..shared_product import multiply
 from ..stream_register import StreamRegister
 from ..upsample import Upsample2x
 from .common import POST_WORDS, log2, post_word, stage_signed, stage_zp
@@ -114,8 +115,16 @@ class PostChain(wiring.Component):
         m.d.sync += restart.eq(flush | ~self.compute)
         sizes = dict(max_width=self.psum_words, max_blocks=self.max_blocks)
         pooling = dict(sizes, max_row_pixels=self.pool_row_pixels)
-        m.submodules.add = add = ResetInserter(restart)(EltwiseAdd(L))
-        m.submodules.scale = scale = ResetInserter(restart)(ChannelScale(L, **sizes))
+        m.submodules.add = add = ResetInserter(restart)(EltwiseAdd(L, shared_products=True))
+        m.submodules.scale = scale = ResetInserter(restart)(
+            ChannelScale(L, **sizes, shared_products=True))
+        # At most one of the two is enabled: they share their lanes' multipliers, the
+        # enabled unit's operands chosen by its configuration register.
+        for lane in range(L):
+            multiply(m, [add.u_products[lane], scale.m_products[lane]], select=scale.enable,
+                     name=f"eltwise_significand_product_{lane}")
+            multiply(m, [add.t_products[lane], scale.p_products[lane]], select=scale.enable,
+                     name=f"eltwise_code_product_{lane}")
         m.submodules.maxpool = maxpool = ResetInserter(restart)(MaxPool(L, **pooling))
         m.submodules.avgpool = avgpool = ResetInserter(restart)(AvgPool(L, **pooling))
         m.submodules.gap = gap = ResetInserter(restart)(GlobalAvgPool(L, **sizes))
