@@ -282,10 +282,10 @@ CONFIGS: dict[str, HwConfig] = {
         max_channels=4096, max_table_channels=1024),
 }
 #: What the ULX3S bitstream holds: ``ecp5`` with Ti = To = 4 and 16 KiB buffers, which fits
-#: the LFE5U-85F. ``ecp5`` itself (Ti = To = 8, 64 KiB buffers) synthesises to 199 MULT18X18D,
+#: the LFE5U-85F. ``ecp5`` itself (Ti = To = 8, 64 KiB buffers) synthesises to 175 MULT18X18D,
 #: 314 DP16KD and 92 k LUTs — the part has 156, 208 and 83 640: besides the MAC array, every
 #: lane has float32-exact requantisers and adders built from 18x18 multipliers
-#: (``sfnpu.resources.TERMS``).
+#: (``sfnpu.resources.TERMS``; docs/boards.md, "Fitting ecp5").
 #: Its clock is the one the routed board design meets (51.5 MHz after routing, docs/boards.md):
 #: 50 MHz, which the PLL makes exactly from the 25 MHz oscillator; the SDRAM runs on it, so the
 #: DRAM still moves 2 bytes a cycle.

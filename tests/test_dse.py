@@ -121,13 +121,13 @@ def test_resource_estimate_finds_what_does_not_fit():
 
 
 def test_ultrascale_estimate_counts_dsp48e2_and_lut6():
-    """kcu1500 is estimated with UltraScale's terms (8 DSP48E2 per lane, not ECP5's 13
+    """kcu1500 is estimated with UltraScale's terms (8 DSP48E2 per lane, not ECP5's 10
     MULT18X18D) and its LUTs are checked: the RTL as it stands does not fit the XCKU115."""
     kcu = CONFIGS["kcu1500"]
     need = resources.estimate(kcu)
     assert need.family == "ultrascale" and need.lut_name == "LUT6"
     assert need.multipliers == kcu.macs // 2 + 8 * kcu.lanes + 27
-    assert resources.estimate(kcu, "ecp5").multipliers == kcu.macs // 2 + 13 * kcu.lanes + 31
+    assert resources.estimate(kcu, "ecp5").multipliers == kcu.macs // 2 + 10 * kcu.lanes + 31
     short = resources.shortfalls(need, DEVICES["XCKU115"])
     assert any("LUT6, XCKU115 has 663360" in s for s in short)
     assert not any("DSP48E2" in s for s in short)       # 2 587 of 5 520
