@@ -48,13 +48,13 @@ from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .pipeline import FLOAT32_SIGNIFICAND as _SIG
 from .pipeline import round_half_even, round_significant, signed_sum_magnitude
 from .beat import code_beat, pass_through
 from .held_output import HeldOutput
+from .line_store import line_members, line_ports
 from .requant import FLOAT32_BIAS
 
 __all__ = ["AvgPool", "Float32Divider", "SumLane", "QuantizeLane", "MAX_HEIGHT"]
@@ -398,6 +398,9 @@ class AvgPool(wiring.Component):
     divider_bits : int
         Quotient bits per cycle of the two dividers (:class:`Float32Divider`): the
         throughput/area trade-off.
+    shared_lines : bool
+        The three line buffers are outside the unit (``lines``), built by the owner
+        (:func:`~sfnpu.hw.line_store.share_lines`).
 
     Signature
     ---------
@@ -427,6 +430,8 @@ class AvgPool(wiring.Component):
         element (true for sizes from :func:`sfnpu.numeric.pool_output_size`).
     blocks : In(range(1, max_blocks + 1), init=1)
         Configuration: channel blocks per row; ``blocks · in_w ≤ max_row_pixels``.
+    lines : Out(LinePort(ArrayLayout(8, lanes), max_row_pixels)).array(3)
+        With ``shared_lines``: the ports of the three line buffers.
 
     Configuration may change only between groups: once every input beat has been accepted
     and every output beat delivered.
@@ -447,7 +452,7 @@ class AvgPool(wiring.Component):
 
     def __init__(self, lanes: int, max_width: int, max_height: int = MAX_HEIGHT,
                  max_blocks: int = 1, max_row_pixels: int | None = None,
-                 divider_bits: int = 2):
+                 divider_bits: int = 2, shared_lines: bool = False):
         if min(lanes, max_width, max_height, max_blocks, divider_bits) < 1:
             raise ValueError(f"lanes, max_width, max_height, max_blocks and divider_bits must "
                              f"be positive ({lanes}, {max_width}, {max_height}, {max_blocks}, "
@@ -461,6 +466,7 @@ class AvgPool(wiring.Component):
         if self.max_row_pixels < 1:
             raise ValueError(f"max_row_pixels must be positive ({self.max_row_pixels})")
         self.divider_bits = divider_bits
+        self.shared_lines = shared_lines
         beat = code_beat(lanes)
         super().__init__({
             "i_stream": In(beat),
@@ -481,6 +487,8 @@ class AvgPool(wiring.Component):
             "out_h": In(range(1, max_height + 3)),
             "out_w": In(range(1, self.max_out_width + 1)),
             "blocks": In(range(1, max_blocks + 1), init=1),
+            **line_members(_MAX_KERNEL, data.ArrayLayout(8, lanes), self.max_row_pixels,
+                           shared_lines),
         })
 
     def elaborate(self, platform):
@@ -546,14 +554,12 @@ class AvgPool(wiring.Component):
         return m
 
     def _line_buffers(self, m, beat_layout):
-        """The three line buffers (input row r in buffer r mod 3), with their ports."""
-        rows = [Memory(shape=beat_layout, depth=self.max_row_pixels, init=[])
-                for _ in range(_MAX_KERNEL)]
-        for index, memory in enumerate(rows):
-            m.submodules[f"rows_{index}"] = memory
-        writes = [memory.write_port() for memory in rows]
-        reads = [memory.read_port() for memory in rows]
-        return writes, reads
+        """The three line buffers (input row r in buffer r mod 3), with their ports. The
+        window's rows are never written while they are read (:meth:`_row_state`), so a
+        transparent read, as a shared buffer has it, reads the same."""
+        ports = line_ports(m, self, _MAX_KERNEL, beat_layout, self.max_row_pixels,
+                           transparent=False)
+        return [write for write, _ in ports], [read for _, read in ports]
 
     def _row_state(self, m):
         """Input and output row counters, and the input rows the current output row needs."""

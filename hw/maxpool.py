@@ -14,7 +14,7 @@ a window along their axis:
 
 The horizontal stage keeps the previous ``kernel − 1`` pixels in registers; the vertical stage
 keeps the previous ``kernel − 1`` reduced rows in two line buffers (a row shift register: a new
-row goes to ``rows_1`` while ``rows_1``'s old contents move to ``rows_2``).
+row goes to ``rows_0`` while ``rows_0``'s old contents move to ``rows_1``).
 
 Channel blocks arrive *row-interleaved* (the order of row-based weight reuse): every input row
 is ``blocks`` segments of ``in_w`` pixels, segment *b* holding channel block *b* — the order
@@ -37,10 +37,10 @@ from functools import reduce
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .beat import code_beat, pass_through
+from .line_store import line_members, line_ports
 from .stream_register import StreamRegister
 
 __all__ = ["MaxPool", "MAX_HEIGHT"]
@@ -71,6 +71,9 @@ class MaxPool(wiring.Component):
         ``blocks · out_w`` a configuration may use. Default ``max_blocks · (max_width + 2)``,
         enough for every configuration (an output segment can be two pixels wider than the
         input: stride 1, padding 2); a smaller value bounds ``blocks · out_w`` instead.
+    shared_lines : bool
+        The two line buffers are outside the unit (``lines``), built by the owner
+        (:func:`~sfnpu.hw.line_store.share_lines`); their reads must be transparent.
 
     Signature
     ---------
@@ -96,6 +99,8 @@ class MaxPool(wiring.Component):
     blocks : In(range(1, max_blocks + 1), init=1)
         Configuration: channel blocks per row (segments per row); ``blocks · out_w`` must not
         exceed ``max_row_pixels``. With 1 the input is simply one channel block after another.
+    lines : Out(LinePort(ArrayLayout(8, lanes), max_row_pixels)).array(2)
+        With ``shared_lines``: the ports of the two line buffers.
 
     Configuration may change only between groups: once every input beat has been accepted
     and every output beat delivered (inputs past the last window are still consumed
@@ -116,7 +121,8 @@ class MaxPool(wiring.Component):
     LATENCY = 3
 
     def __init__(self, lanes: int, max_width: int, max_height: int = MAX_HEIGHT,
-                 max_blocks: int = 1, max_row_pixels: int | None = None):
+                 max_blocks: int = 1, max_row_pixels: int | None = None,
+                 shared_lines: bool = False):
         if lanes < 1 or max_width < 1 or max_height < 1 or max_blocks < 1:
             raise ValueError(f"lanes, max_width, max_height and max_blocks must be positive "
                              f"({lanes}, {max_width}, {max_height}, {max_blocks})")
@@ -132,6 +138,7 @@ class MaxPool(wiring.Component):
             raise ValueError(f"max_row_pixels must be positive ({max_row_pixels})")
         #: Depth of the line buffers (reduced pixels of an interleaved row).
         self.max_row_pixels = max_row_pixels
+        self.shared_lines = shared_lines
         beat = code_beat(lanes)
         super().__init__({
             "i_stream": In(beat),
@@ -146,6 +153,7 @@ class MaxPool(wiring.Component):
             "out_h": In(range(1, max_height + 3)),
             "out_w": In(range(1, self.max_out_width + 1)),
             "blocks": In(range(1, max_blocks + 1), init=1),
+            **line_members(2, data.ArrayLayout(8, lanes), max_row_pixels, shared_lines),
         })
 
     def elaborate(self, platform):
@@ -255,14 +263,9 @@ class MaxPool(wiring.Component):
         row_emits = ~v_outputs_done & v_axis.at_or_after_end
         row_emit_uses_input = row_emits & v_axis.up_to_end
 
-        m.submodules.rows_1 = rows_1 = Memory(shape=beat_layout, depth=self.max_row_pixels,
-                                              init=[])
-        m.submodules.rows_2 = rows_2 = Memory(shape=beat_layout, depth=self.max_row_pixels,
-                                              init=[])
-        write_1, write_2 = rows_1.write_port(), rows_2.write_port()
-        # Transparent: with a one-pixel row the next row reads the pixel being written.
-        read_1 = rows_1.read_port(transparent_for=(write_1,))
-        read_2 = rows_2.read_port(transparent_for=(write_2,))
+        # Transparent reads: with a one-pixel row the next row reads the pixel being written.
+        (write_1, read_1), (write_2, read_2) = line_ports(
+            m, self, 2, beat_layout, self.max_row_pixels, transparent=True)
 
         # Stage B: one column of the current row, with the buffered rows read for it.
         b_valid = Signal()

@@ -69,8 +69,9 @@ TERMS = {
 #: Feature-map buffers are stored once: one read port (input and shortcut readers share it)
 #: and one write port each, a simple dual-port memory.
 BUFFER_COPIES = 1
-#: Line stores of the post chain: three average-pool rows, two max-pool rows, the upsampler's.
-LINE_STORES = 6
+#: Line stores of the post chain: three pool rows (the max pool's two are the average pool's
+#: first two, :func:`sfnpu.hw.controller.post.share_pool_lines`) and the upsampler's.
+LINE_STORES = 4
 #: The instruction log (256 x 96 bits) and the weight block buffer (128 x Ti·To·8 + 32 bits).
 LOG_BRAM = 3
 

@@ -14,6 +14,7 @@ from ..avgpool import AvgPool
 from ..chscale import ChannelScale
 from ..eltwise_add import EltwiseAdd
 from ..gap import GlobalAvgPool
+from ..line_store import share_lines
 from ..maxpool import MaxPool
 from ..pipeline import stage
 from ..shared_product import multiply
@@ -21,7 +22,16 @@ from ..stream_register import StreamRegister
 from ..upsample import Upsample2x
 from .common import POST_WORDS, log2, post_word, stage_signed, stage_zp
 
-__all__ = ["PostChain"]
+__all__ = ["PostChain", "share_pool_lines"]
+
+
+def share_pool_lines(m, maxpool, avgpool):
+    """The line buffers of ``maxpool`` and ``avgpool`` (both built with ``shared_lines``):
+    at most one of the two is enabled, so the max pool's two rows are the average pool's
+    first two, the enabled pool's ports chosen by its configuration register (``enable``).
+    Three memories instead of five: 16 DP16KD fewer on ``ecp5``."""
+    share_lines(m, [(maxpool.enable, maxpool.lines, True),
+                    (avgpool.enable, avgpool.lines, False)], name="pool_lines")
 
 
 class PostChain(wiring.Component):
@@ -125,8 +135,11 @@ class PostChain(wiring.Component):
                      name=f"eltwise_significand_product_{lane}")
             multiply(m, [add.t_products[lane], scale.p_products[lane]], select=scale.enable,
                      name=f"eltwise_code_product_{lane}")
-        m.submodules.maxpool = maxpool = ResetInserter(restart)(MaxPool(L, **pooling))
-        m.submodules.avgpool = avgpool = ResetInserter(restart)(AvgPool(L, **pooling))
+        m.submodules.maxpool = maxpool = ResetInserter(restart)(
+            MaxPool(L, **pooling, shared_lines=True))
+        m.submodules.avgpool = avgpool = ResetInserter(restart)(
+            AvgPool(L, **pooling, shared_lines=True))
+        share_pool_lines(m, maxpool, avgpool)
         m.submodules.gap = gap = ResetInserter(restart)(GlobalAvgPool(L, **sizes))
         m.submodules.upsample = upsample = ResetInserter(restart)(
             Upsample2x(L, max_width=self.pool_row_pixels))
