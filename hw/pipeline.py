@@ -5,7 +5,8 @@ SE channel scale and the QLinearAdd unit; :func:`round_half_even` is the one rou
 ties-to-even step they (and the average pool) apply to significands and fixed-point values;
 :func:`round_significant` rounds an integer to a float32's 24 significant bits;
 :func:`signed_sum_magnitude` adds a signed constant to a sign-and-magnitude value;
-:func:`leading_zeros` counts a value's leading zeros.
+:func:`leading_zeros` counts a value's leading zeros; :func:`split_significand_product`
+multiplies two significands with one hardware multiplier and logic.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from amaranth.hdl import Cat, Const, Mux, Signal, signed
 
 __all__ = ["stage", "delay", "round_half_even", "round_significant", "signed_sum_magnitude",
-           "leading_zeros"]
+           "leading_zeros", "MULTIPLIER_WIDTH", "logic_product", "split_significand_product"]
 
 #: Significant bits of a float32.
 FLOAT32_SIGNIFICAND = 24
@@ -89,3 +90,42 @@ def leading_zeros(value):
         return high_zero & low_zero, Mux(high_zero, Cat(low_count, 1), Cat(high_count, 0))
 
     return tree(padded)[1]
+
+
+#: Operand width of one hardware multiplier for unsigned operands (ECP5's MULT18X18D; an
+#: UltraScale DSP48E2 takes 27 × 18 bits signed, so it holds this too).
+MULTIPLIER_WIDTH = 18
+
+
+def logic_product(a, b):
+    """``a · b`` for unsigned ``a`` and ``b`` as a sum of ``a`` shifted by ``b``'s set bits,
+    added as a balanced tree: no multiplication for synthesis to map onto a hardware
+    multiplier. For a narrow ``b``, where a multiplier would be mostly idle."""
+    terms = [Mux(b[i], a << i, 0) for i in range(len(b))]
+    while len(terms) > 1:
+        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]
+
+
+def split_significand_product(m, a, b, name: str):
+    """The exact unsigned product ``a · b`` of operands of up to 24 bits in two register
+    stages, with one hardware multiplier: each operand is split below its top
+    :data:`MULTIPLIER_WIDTH` bits, the stage-1 registers take the product of the two top
+    parts (the multiplier) and the narrow cross products (:func:`logic_product`), and the
+    stage-2 register their sum. A 24 × 24-bit product takes one MULT18X18D instead of four,
+    and no adder follows the multiplier in its stage."""
+    for operand in (a, b):
+        if len(operand) > MULTIPLIER_WIDTH + 8:
+            raise ValueError(f"{name}: operands of at most {MULTIPLIER_WIDTH + 8} bits")
+    cut_a, cut_b = max(0, len(a) - MULTIPLIER_WIDTH), max(0, len(b) - MULTIPLIER_WIDTH)
+    a_high, b_high = a[cut_a:], b[cut_b:]
+    parts = [(stage(m, a_high * b_high, f"{name}_high"), cut_a + cut_b)]
+    if cut_b:
+        parts.append((stage(m, logic_product(a_high, b[:cut_b]), f"{name}_a_high"), cut_a))
+    if cut_a:
+        parts.append((stage(m, logic_product(b_high, a[:cut_a]), f"{name}_b_high"), cut_b))
+    if cut_a and cut_b:
+        parts.append((stage(m, logic_product(a[:cut_a], b[:cut_b]), f"{name}_low"), 0))
+    total = sum((part << shift for part, shift in parts[1:]), parts[0][0] << parts[0][1])
+    return stage(m, total, name, len(a) + len(b))

@@ -19,7 +19,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from . import pipeline
-from .pipeline import round_half_even
+from .pipeline import round_half_even, split_significand_product
 
 __all__ = ["Requantizer", "FLOAT32_BIAS"]
 
@@ -63,17 +63,19 @@ class Requantizer(wiring.Component):
     Subnormal and zero multipliers give ``rint(·) = 0`` (``|acc · m| < 2⁻⁹⁵``).
 
     Timing: fully pipelined, one input per cycle, no back-pressure; the result of the inputs
-    applied in cycle *k* is on ``y`` in cycle *k* + :attr:`LATENCY` (6). Stages:
+    applied in cycle *k* is on ``y`` in cycle *k* + :attr:`LATENCY` (7). Stages:
     0. the magnitude of ``acc`` and its leading one (side by side);
     1. int32 → float32 (normalise, round to 24 bits);
-    2. 24×24-bit significand product and exponent sum;
+    2. 24×24-bit significand product and exponent sum, in two stages: the product of the
+       significands' top 18 bits (one MULT18X18D) beside the narrow cross products in
+       logic, then their sum (:func:`~sfnpu.hw.pipeline.split_significand_product`);
     3. round the 48-bit product to 24 bits (the float32 product);
     4. round to an integer (or 0 / saturate, by exponent);
     5. apply the sign, add the zero point and clamp.
     """
 
     #: Cycles from ``acc`` to ``y``.
-    LATENCY = 6
+    LATENCY = 7
 
     def __init__(self, width: int = 9):
         if not 2 <= width <= 24:
@@ -163,12 +165,15 @@ class Requantizer(wiring.Component):
         # float32(acc) = A·2^(e−23), m = M·2^(E−127−23), A, M ∈ [2^23, 2^24): the exact product
         # is P·2^(e+E−173), P ∈ [2^46, 2^48). Reading P's top bit as 2^46 gives the exponent
         # e + E − 127 (one more when bit 47 is set).
-        s2_product = stage(s1_significand * s1_m_significand, "s2_product", 48)
-        s2_exponent = stage(s1_exponent + s1_m_exponent - FLOAT32_BIAS, "s2_exponent",
-                            signed(10))
-        s2_zero = stage(s1_zero, "s2_zero")
-        s2_invalid = stage(s1_invalid, "s2_invalid")
-        s2_negative = stage(s1_negative, "s2_negative")
+        # Two register stages (one multiplier and narrow products in logic, then their sum):
+        # a MULT18X18D per product instead of four, no adder behind it.
+        s2_product = split_significand_product(m, s1_significand, s1_m_significand,
+                                               "s2_product")
+        s2_exponent = delay(stage(s1_exponent + s1_m_exponent - FLOAT32_BIAS, "s2_exponent",
+                                  signed(10)), 1, "s2_exponent")
+        s2_zero = delay(s1_zero, 2, "s2_zero")
+        s2_invalid = delay(s1_invalid, 2, "s2_invalid")
+        s2_negative = delay(s1_negative, 2, "s2_negative")
 
         # -- stage 3: the float32 product (48 → 24 significant bits, nearest even) -------------
         high = s2_product[47]

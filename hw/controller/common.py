@@ -33,9 +33,10 @@ def results_in_flight(config) -> int:
 
 def result_fifo_depth(config) -> int:
     """Words of the result FIFO between the requantisers and the post-processing chain: 32,
-    or the power of two above twice the results in flight (a deeper array, kcu1500's)."""
+    or the smallest power of two that holds twice the results in flight (a deeper array,
+    kcu1500's)."""
     depth = 32
-    while depth <= 2 * results_in_flight(config):
+    while depth < 2 * results_in_flight(config):
         depth *= 2
     return depth
 
