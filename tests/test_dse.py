@@ -111,6 +111,14 @@ def test_resource_estimate_within_ten_percent_of_yosys_now(tmp_path):
         assert abs(error) <= 0.10, f"{name}: estimate {got}, Yosys {want}"
 
 
+def test_resource_check_needs_a_job(capsys):
+    from sfnpu.tools.resource_check import main
+
+    with pytest.raises(SystemExit):
+        main(["--jobs", "0"])
+    assert "--jobs must be at least 1" in capsys.readouterr().err
+
+
 def test_resource_estimate_finds_what_does_not_fit():
     ecp5 = DEVICES["LFE5U-85F"]
     assert resources.shortfalls(resources.estimate(get_config("ecp5-ulx3s")), ecp5) == []

@@ -11,6 +11,7 @@ configuration takes 3–15 minutes on one core (the 16×16 points 15–25).
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,10 @@ class Measured:
                                  c.get("CARRY4", 0) + c.get("CARRY8", 0))
 
 
+#: One elaboration at a time when configurations are measured side by side (``--jobs``).
+_ELABORATION = threading.Lock()
+
+
 def synthesize(config: HwConfig, out_dir, family: str = "ecp5") -> Measured:
     """Run ``family``'s synthesis (:data:`SYNTH_SCRIPTS`) on the accelerator of ``config``
     in ``out_dir``."""
@@ -59,7 +64,9 @@ def synthesize(config: HwConfig, out_dir, family: str = "ecp5") -> Measured:
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "accelerator.il").write_text(rtlil.convert(Accelerator(config), name="accelerator"))
+    with _ELABORATION:
+        (out / "accelerator.il").write_text(rtlil.convert(Accelerator(config),
+                                                          name="accelerator"))
     # yowasp tools see the working directory only: relative names
     (out / "synth.ys").write_text(f"read_rtlil accelerator.il\n{SYNTH_SCRIPTS[family]}\n")
     t0 = time.perf_counter()
@@ -80,26 +87,40 @@ def errors(m: Measured) -> dict[str, tuple[int, int, float]]:
 
 
 def main(argv=None) -> int:
-    """``python -m sfnpu.tools.resource_check [--family ultrascale] [OUT]``: synthesise
-    every configuration of :data:`~sfnpu.resources.CALIBRATION` (or
-    :data:`~sfnpu.resources.XILINX_CALIBRATION`) again and print the rows as they are now,
-    with the estimate's error for each (the rows to record after a change to the RTL)."""
+    """``python -m sfnpu.tools.resource_check [--family ultrascale] [--jobs N] [OUT]``:
+    synthesise every configuration of :data:`~sfnpu.resources.CALIBRATION` (or
+    :data:`~sfnpu.resources.XILINX_CALIBRATION`) again, ``N`` at a time (Yosys is
+    single-threaded), and print the rows as they are now, in order, with the estimate's
+    error for each (the rows to record after a change to the RTL)."""
     import argparse
+    from concurrent.futures import ThreadPoolExecutor
 
     from sfnpu.resources import CALIBRATION, XILINX_CALIBRATION
 
     parser = argparse.ArgumentParser(prog="python -m sfnpu.tools.resource_check")
     parser.add_argument("--family", choices=SYNTH_SCRIPTS, default="ecp5")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="configurations synthesised side by side (default 1)")
     parser.add_argument("out", nargs="?", default="build/resources/calibration")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, not {args.jobs}")
     rows = CALIBRATION if args.family == "ecp5" else XILINX_CALIBRATION
-    for index, cal in enumerate(rows):
-        measured = synthesize(cal.config(), Path(args.out) / f"{index}-{cal.base}",
-                              args.family)
-        row = measured.calibration(cal.base, cal.changes)
-        print(f"    {row!r},  # {measured.seconds:.0f} s", flush=True)
-        for name, (got, want, err) in errors(measured).items():
-            print(f"    #   {name}: estimate {got}, Yosys {want} ({err:+.1%})", flush=True)
+
+    def measure(index, cal):
+        return synthesize(cal.config(), Path(args.out) / f"{index}-{cal.base}", args.family)
+
+    # The largest arrays first (they take longest); elaboration holds the interpreter for a
+    # minute at most, Yosys runs as a process of its own.
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        order = sorted(range(len(rows)), key=lambda index: -rows[index].config().macs)
+        futures = {index: pool.submit(measure, index, rows[index]) for index in order}
+        for index, cal in enumerate(rows):
+            measured = futures[index].result()
+            row = measured.calibration(cal.base, cal.changes)
+            print(f"    {row!r},  # {measured.seconds:.0f} s", flush=True)
+            for name, (got, want, err) in errors(measured).items():
+                print(f"    #   {name}: estimate {got}, Yosys {want} ({err:+.1%})", flush=True)
     return 0
 
 
