@@ -97,14 +97,24 @@ def leading_zeros(value):
 MULTIPLIER_WIDTH = 18
 
 
-def logic_product(a, b):
+def logic_product(m, a, b, name: str):
     """``a · b`` for unsigned ``a`` and ``b`` as a sum of ``a`` shifted by ``b``'s set bits,
     added as a balanced tree: no multiplication for synthesis to map onto a hardware
-    multiplier. For a narrow ``b``, where a multiplier would be mostly idle."""
+    multiplier. For a narrow ``b``, where a multiplier would be mostly idle. Each sum is a
+    signal of its own, kept, so that synthesis maps it onto a carry chain rather than
+    merging the tree into one multi-operand adder of LUTs."""
     terms = [Mux(b[i], a << i, 0) for i in range(len(b))]
+    level = 0
     while len(terms) > 1:
-        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
-                 for i in range(0, len(terms), 2)]
+        sums = []
+        for i in range(0, len(terms) - 1, 2):
+            total = terms[i] + terms[i + 1]
+            kept = Signal(total.shape(), name=f"{name}_sum_{level}_{i // 2}",
+                          attrs={"keep": 1})
+            m.d.comb += kept.eq(total)
+            sums.append(kept)
+        terms = sums + terms[len(terms) - len(terms) % 2:]
+        level += 1
     return terms[0]
 
 
@@ -114,18 +124,23 @@ def split_significand_product(m, a, b, name: str):
     :data:`MULTIPLIER_WIDTH` bits, the stage-1 registers take the product of the two top
     parts (the multiplier) and the narrow cross products (:func:`logic_product`), and the
     stage-2 register their sum. A 24 × 24-bit product takes one MULT18X18D instead of four,
-    and no adder follows the multiplier in its stage."""
+    for about 560 LUT positions more on ECP5 (the requantiser alone: 1 261 against 702), and
+    no adder follows the multiplier in its stage."""
     for operand in (a, b):
         if len(operand) > MULTIPLIER_WIDTH + 8:
             raise ValueError(f"{name}: operands of at most {MULTIPLIER_WIDTH + 8} bits")
     cut_a, cut_b = max(0, len(a) - MULTIPLIER_WIDTH), max(0, len(b) - MULTIPLIER_WIDTH)
     a_high, b_high = a[cut_a:], b[cut_b:]
     parts = [(stage(m, a_high * b_high, f"{name}_high"), cut_a + cut_b)]
+    narrow = []
     if cut_b:
-        parts.append((stage(m, logic_product(a_high, b[:cut_b]), f"{name}_a_high"), cut_a))
+        narrow.append((a_high, b[:cut_b], cut_a, "a_high"))
     if cut_a:
-        parts.append((stage(m, logic_product(b_high, a[:cut_a]), f"{name}_b_high"), cut_b))
+        narrow.append((b_high, a[:cut_a], cut_b, "b_high"))
     if cut_a and cut_b:
-        parts.append((stage(m, logic_product(a[:cut_a], b[:cut_b]), f"{name}_low"), 0))
+        narrow.append((a[:cut_a], b[:cut_b], 0, "low"))
+    for wide, bits, shift, part in narrow:
+        product = logic_product(m, wide, bits, f"{name}_{part}")
+        parts.append((stage(m, product, f"{name}_{part}"), shift))
     total = sum((part << shift for part, shift in parts[1:]), parts[0][0] << parts[0][1])
     return stage(m, total, name, len(a) + len(b))
