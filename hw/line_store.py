@@ -11,10 +11,11 @@ memories of its own (:func:`line_ports`), as its unit tests use it.
 
 from __future__ import annotations
 
-from amaranth.hdl import Mux
-from amaranth.lib import data, wiring
+from amaranth.hdl import Mux, Value
+from amaranth.lib import wiring
 from amaranth.lib.memory import Memory, ReadPort, WritePort
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
 
 __all__ = ["LinePort", "line_members", "line_ports", "share_lines"]
 
@@ -26,7 +27,7 @@ class LinePort(wiring.Signature):
 
     def __init__(self, shape, depth: int):
         self.shape, self.depth = shape, depth
-        width = max(1, (depth - 1).bit_length())
+        width = ceil_log2(depth)            # the memory's own address width
         super().__init__({
             "write": In(WritePort.Signature(addr_width=width, shape=shape)),
             "read": In(ReadPort.Signature(addr_width=width, shape=shape)),
@@ -81,12 +82,7 @@ def share_lines(m, users, *, name: str = "lines"):
 
 def _chosen(ports, field):
     """``field`` of the first port whose user is enabled, else of the last."""
-    value = _as_value(field(ports[-1][1]))
+    value = Value.cast(field(ports[-1][1]))
     for enabled, port in reversed(ports[:-1]):
-        value = Mux(enabled, _as_value(field(port)), value)
+        value = Mux(enabled, Value.cast(field(port)), value)
     return value
-
-
-def _as_value(value):
-    return value.as_value() if isinstance(value, data.View) else value
-

@@ -127,8 +127,8 @@ def split_significand_product(m, a, b, name: str):
     for about 560 LUT positions more on ECP5 (the requantiser alone: 1 261 against 702), and
     no adder follows the multiplier in its stage."""
     for operand in (a, b):
-        if len(operand) > MULTIPLIER_WIDTH + 8:
-            raise ValueError(f"{name}: operands of at most {MULTIPLIER_WIDTH + 8} bits")
+        if len(operand) > FLOAT32_SIGNIFICAND:
+            raise ValueError(f"{name}: operands of at most {FLOAT32_SIGNIFICAND} bits")
     cut_a, cut_b = max(0, len(a) - MULTIPLIER_WIDTH), max(0, len(b) - MULTIPLIER_WIDTH)
     a_high, b_high = a[cut_a:], b[cut_b:]
     parts = [(stage(m, a_high * b_high, f"{name}_high"), cut_a + cut_b)]
