@@ -567,10 +567,11 @@ def check_program(graph: Graph, groups: Sequence[Group], instructions: Sequence[
     """Prove that a placed program never loses data; raise :class:`AllocationError` otherwise.
 
     Walks the groups in order and checks: every read finds the tensor at the location its
-    writer used; a group's input and shortcut are in different buffers (one read port each);
-    a group with ``weights_held`` finds its weights in the weight store (the last load was of
-    the same weights, whole, or the group before prefetched them); a prefetch fits the store; the controller stages an input only where the allocation
-    reserved the area; row-mode groups keep every feature map in DRAM (channel vectors may stay
+    writer used; every instruction passes :func:`sfnpu.isa.validate` (a group's input and
+    shortcut in different buffers among its rules: one read port each); a group with
+    ``weights_held`` finds its weights in the weight store (the last load was of the same
+    weights, whole, or the group before prefetched them); a prefetch fits the store; the
+    controller stages an input only where the allocation reserved the area; row-mode groups keep every feature map in DRAM (channel vectors may stay
     on chip); no write, row-mode weight load or input staging overlaps a tensor that is still
     to be read (liveness runs to its last reader, so a group's output may not overlap its own
     operands); on-chip ranges stay inside ``capacity``; network outputs end in DRAM.
@@ -636,9 +637,10 @@ def check_program(graph: Graph, groups: Sequence[Group], instructions: Sequence[
             if home[t] != at:
                 fail(i, f"{role} {t!r} is read from {loc.space.name}+{at[1]:#x} but was "
                         f"written to {home[t][0].name}+{home[t][1]:#x}")
-        bufs = [_buf(loc) for _, loc, _, _ in reads]
-        if len(bufs) == 2 and bufs[0] is not None and bufs[0] == bufs[1]:
-            fail(i, f"input and shortcut are both read from buffer {bufs[0]} (one read port)")
+        try:        # the ISA's rules, one read port per buffer among them
+            isa.validate(instr)
+        except isa.InstructionError as error:
+            fail(i, str(error))
         if instr.reuse == Reuse.ROW:
             for role, loc, hw in _row_operands(instr):
                 if _buf(loc) is not None and hw != (1, 1):

@@ -556,7 +556,6 @@ def check_placement(graph: Graph, groups: Sequence[Group], instructions: Sequenc
     for i, (grp, instr) in enumerate(zip(groups, instructions)):
         ranges = _fm_ranges(instr, config)
         roles = [("input", grp.input)] + ([("shortcut", grp.shortcut)] if grp.shortcut else [])
-        bufs = []
         for role, t in roles:
             loc, lo, hi = ranges[role]
             if t not in home:
@@ -572,7 +571,6 @@ def check_placement(graph: Graph, groups: Sequence[Group], instructions: Sequenc
             if loc.space == MemSpace.DRAM:
                 continue
             b = loc.space.value - MemSpace.BUF0.value
-            bufs.append(b)
             covered = lo
             for s_lo, s_hi, s_t in sorted(owner[b]):
                 if s_hi <= lo or s_lo >= hi:
@@ -587,8 +585,10 @@ def check_placement(graph: Graph, groups: Sequence[Group], instructions: Sequenc
                 fail(i, f"reads {t!r} from buffer {b} [{lo:#x}, {hi:#x}), but the bytes from "
                         f"{covered:#x} were never written")
             reads += 1
-        if len(bufs) == 2 and bufs[0] == bufs[1]:
-            fail(i, f"input and shortcut are both read from buffer {bufs[0]} (one read port)")
+        try:        # the ISA's rules, one read port per buffer among them
+            isa.validate(instr)
+        except isa.InstructionError as error:
+            fail(i, str(error))
         if instr.reuse == Reuse.ROW:
             for role in ("input", "shortcut", "output"):
                 if role in ranges and ranges[role][0].space != MemSpace.DRAM:

@@ -305,7 +305,7 @@ def test_checker_catches_input_and_shortcut_in_one_buffer(small):
     g = compiled.groups
     # a moved next to b2 in buffer 2 (no overlap): g3 would read both through one port.
     broken = relocate(g, instrs, g[0].output, isa.buffer(2, 8192))
-    with pytest.raises(AllocationError, match="group 3 .*both read from buffer 2"):
+    with pytest.raises(AllocationError, match="group 3 .*'shortcut'.*one read port"):
         check_program(compiled.graph, g, broken, TINY)
 
 
