@@ -397,7 +397,7 @@ class AvgPool(wiring.Component):
         ``blocks · in_w`` (default ``max_blocks · max_width``).
     divider_bits : int
         Quotient bits per cycle of the two dividers (:class:`Float32Divider`): the
-        throughput/area trade-off.
+        throughput/area trade-off (default :attr:`DIVIDER_BITS`).
     shared_lines : bool
         The three line buffers are outside the unit (``lines``), built by the owner
         (:func:`~sfnpu.hw.line_store.share_lines`).
@@ -450,9 +450,14 @@ class AvgPool(wiring.Component):
     last three: the requantiser's stages, :attr:`QuantizeLane.LATENCY`).
     """
 
+    #: Quotient bits per cycle of the dividers unless ``divider_bits`` says otherwise (the
+    #: accelerator's, and so the cycle model's).
+    DIVIDER_BITS = 2
+
     def __init__(self, lanes: int, max_width: int, max_height: int = MAX_HEIGHT,
                  max_blocks: int = 1, max_row_pixels: int | None = None,
-                 divider_bits: int = 2, shared_lines: bool = False):
+                 divider_bits: int | None = None, shared_lines: bool = False):
+        divider_bits = self.DIVIDER_BITS if divider_bits is None else divider_bits
         if min(lanes, max_width, max_height, max_blocks, divider_bits) < 1:
             raise ValueError(f"lanes, max_width, max_height, max_blocks and divider_bits must "
                              f"be positive ({lanes}, {max_width}, {max_height}, {max_blocks}, "

@@ -196,7 +196,7 @@ def test_avg_pool_walk_matches_avgpool(h, w, blocks, kernel, stride, pad, pixel_
         s=SimpleNamespace(conv_w=w, conv_h=h, ib=1), obs=blocks, pooled_w=out_w,
         pooled_h=out_h, pass_cycles=w * pixel_step, row=row, first_step=pixel_step - 1,
         pixel_step=pixel_step)
-    model = SimpleNamespace(config=TINY, result_latency=0, AVG_DIVIDER_BITS=2)
+    model = SimpleNamespace(config=TINY, result_latency=0)
     pool = AvgPool(model, plan, stages=0)
     starts = np.cumsum([0] + [row + int(g) for g in rng.integers(0, gaps + 1, h - 1)]).tolist()
     arrival = [[start + pool._step(k) + pool.to_pool for k in range(blocks * w)]
@@ -207,8 +207,7 @@ def test_avg_pool_walk_matches_avgpool(h, w, blocks, kernel, stride, pad, pixel_
         results.append(arrival[r][-1] - 1)     # the last result: at the pool a cycle later
         for _, _, row_words in pool.advance(r, results):
             words += row_words
-    dut = AvgPoolRtl(4, max_width=16, max_height=16, max_blocks=blocks,
-                     divider_bits=model.AVG_DIVIDER_BITS)
+    dut = AvgPoolRtl(4, max_width=16, max_height=16, max_blocks=blocks)
     got = offered_stream(dut, sum(arrival, []), blocks * out_h * out_w, {
         "enable": 1, "x_scale": 0x3F800000, "y_scale": 0x3F800000, "kernel": kernel,
         "stride": stride, "pad": pad, "count_include_pad": 1, "in_h": h, "in_w": w,

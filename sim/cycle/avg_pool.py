@@ -32,6 +32,7 @@ class AvgPool:
 
     def __init__(self, model: CycleModel, plan: ChunkPlan, stages: int):
         from sfnpu.hw.avgpool import _MAX_KERNEL, Float32Divider, QuantizeLane, SumLane
+        from sfnpu.hw.avgpool import AvgPool as AvgPoolUnit
         from sfnpu.hw.controller import result_fifo_depth, results_in_flight
 
         instr, s, obs = plan.instr, plan.s, plan.obs
@@ -47,7 +48,7 @@ class AvgPool:
         self.stages = stages                    # post stages ahead of the pool: a word each
         # A step's result: result FIFO (result_latency + 1), the stages, then taken.
         self.to_pool = model.result_latency + stages + 2
-        self.divide = Float32Divider.iterations(model.AVG_DIVIDER_BITS) + 2
+        self.divide = Float32Divider.iterations(AvgPoolUnit.DIVIDER_BITS) + 2
         # NEXT → the window's sum: an element every other cycle, its product stages to B,
         # then B, C, the float read-out and SUM.
         self.walk_extra = SumLane.TO_B + 2 + SumLane.READ_OUT

@@ -65,9 +65,6 @@ class CycleModel(DmaTiming):
     """Latency and DRAM bytes of each group on one hardware configuration (the DMA's closed
     forms, :meth:`beats`, :meth:`bursts`, :meth:`control_read`, from :class:`DmaTiming`)."""
 
-    #: Quotient bits per cycle of the average pool's dividers (the controller's default).
-    AVG_DIVIDER_BITS = 2
-
     def __init__(self, config: HwConfig):
         from sfnpu.hw.conv_array import array_latency
         from sfnpu.hw.requant import Requantizer
