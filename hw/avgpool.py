@@ -57,7 +57,8 @@ from .held_output import HeldOutput
 from .line_store import line_members, line_ports
 from .requant import FLOAT32_BIAS
 
-__all__ = ["AvgPool", "Float32Divider", "SumLane", "QuantizeLane", "MAX_HEIGHT"]
+__all__ = ["AvgPool", "Float32Divider", "SumLane", "QuantizeLane", "MAX_HEIGHT",
+           "code_difference"]
 
 #: Largest feature-map height (the ISA's 12-bit size fields).
 MAX_HEIGHT = 4095
@@ -200,13 +201,25 @@ class Float32Divider(wiring.Component):
         return m
 
 
+def code_difference(code, in_signed, zero_point):
+    """``|d|`` and ``d < 0`` for ``d = x − x_zp`` (``x`` the code read as int8 or uint8):
+    the one of ``x − x_zp`` and ``x_zp − x`` that is not negative, the two differences side by
+    side rather than a negation behind the difference (one carry chain deep, not two)."""
+    x = Mux(in_signed, code.as_signed(), code)
+    d = x - zero_point
+    return Mux(d < 0, zero_point - x, d)[:9], d < 0
+
+
 class SumLane(wiring.Component):
     """One lane of the window sum: ``|d|·M`` in stage A, ``V = round24(|d|·M)`` in stage A2,
     ``S + V`` in stage B, ``S = round24(S + V)`` in stage C (integers in units of ``2^E``,
     held as sign and magnitude);
-    ``S`` read out as a float (exact). The caller sequences the stages (``b_first``: the
+    ``S`` read out as a float (exact). The element comes as ``|d|`` and the sign of ``d``
+    (``d_magnitude``, ``d_negative``: :func:`code_difference`), from a register: stage A's
+    multiplier starts at it. The caller
+    sequences the stages (``b_first``: the
     element in stage B starts a window; ``c_valid``: stage C holds an element): an element's
-    code in cycle *t* is in stage B in cycle *t* + :attr:`TO_B`. Elements come at most every
+    ``|d|`` in cycle *t* is in stage B in cycle *t* + :attr:`TO_B`. Elements come at most every
     other cycle, so that B finds the previous element's S. The float outputs show ``S``
     :attr:`READ_OUT` cycles after it is final."""
 
@@ -215,9 +228,8 @@ class SumLane(wiring.Component):
 
     def __init__(self):
         super().__init__({
-            "code": In(8),
-            "in_signed": In(1),
-            "x_zp": In(signed(9)),
+            "d_magnitude": In(9),
+            "d_negative": In(1),
             "x_significand": In(_SIG),
             "x_exponent": In(_EXP),
             "b_first": In(1),
@@ -230,20 +242,11 @@ class SumLane(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        # A: d = x − x_zp and the exact product |d|·M (registered: the code comes from a
-        # block RAM's output).
-        # |d| as the one of x − x_zp and x_zp − x that is not negative: the two differences
-        # side by side, not a negation behind the difference (one carry chain in front of the
-        # multiplier, not two).
-        x = Signal(signed(9))
-        d, reverse = Signal(signed(10)), Signal(signed(10))
-        m.d.comb += [x.eq(Mux(self.in_signed, self.code.as_signed(), self.code)),
-                     d.eq(x - self.x_zp), reverse.eq(self.x_zp - x)]
-        d_magnitude = Signal(9)
-        m.d.comb += d_magnitude.eq(Mux(d < 0, reverse, d))
+        # A: the exact product |d|·M, from |d|'s register.
         product = Signal(_V_BITS)
         negative = Signal()
-        m.d.sync += [product.eq(d_magnitude * self.x_significand), negative.eq(d < 0)]
+        m.d.sync += [product.eq(self.d_magnitude * self.x_significand),
+                     negative.eq(self.d_negative)]
         # A2: |V| = the product rounded to 24 significant bits; V's sign is d's.
         b_v = Signal(_V_BITS + 1)
         b_negative = Signal()
@@ -718,20 +721,24 @@ class AvgPool(wiring.Component):
             flags = delayed
         m.d.comb += Cat(b_valid, b_first, b_last).eq(flags)
         # The line buffers are read a cycle ahead of the issue (the walker's next element), and
-        # the issue cycle registers the element's codes: stage A's product starts at a
-        # register, not at a block RAM's output through the buffers' multiplexer.
+        # the issue cycle registers each code's |d| = |x − x_zp| and its sign: stage A's
+        # multiplier starts at a register, not at a block RAM's output through the buffers'
+        # multiplexer, nor at a code through the differences.
         walk_address = walk.segment_base + walk.read_column
         for read in reads:
             m.d.comb += read.addr.eq(walk_address)
         data_slot = Signal(range(_MAX_KERNEL))            # the buffer the read data is from
-        codes = Signal(data.ArrayLayout(8, self.lanes))
-        m.d.sync += [
-            data_slot.eq(walk.read_slot),
-            codes.eq(Mux(data_slot == 0, reads[0].data.as_value(),
-                         Mux(data_slot == 1, reads[1].data.as_value(),
-                             reads[2].data.as_value()))),
-        ]
-        return SimpleNamespace(issue=issue, issue_last=issue_last, codes=codes,
+        codes = data.ArrayLayout(8, self.lanes)(
+            Mux(data_slot == 0, reads[0].data.as_value(),
+                Mux(data_slot == 1, reads[1].data.as_value(), reads[2].data.as_value())))
+        magnitudes = Signal(data.ArrayLayout(9, self.lanes))
+        negatives = Signal(self.lanes)
+        m.d.sync += data_slot.eq(walk.read_slot)
+        for lane in range(self.lanes):
+            magnitude, negative = code_difference(codes[lane], self.in_signed, self.x_zp)
+            m.d.sync += [magnitudes[lane].eq(magnitude), negatives[lane].eq(negative)]
+        return SimpleNamespace(issue=issue, issue_last=issue_last, magnitudes=magnitudes,
+                               negatives=negatives,
                                b_first=b_first, c_valid=c_valid, c_last=c_last,
                                sum_done=sum_done)
 
@@ -849,8 +856,8 @@ class AvgPool(wiring.Component):
             summer = SumLane()
             m.submodules[f"sum_{lane}"] = summer
             m.d.comb += [
-                summer.code.eq(pipe.codes[lane]),
-                summer.in_signed.eq(self.in_signed), summer.x_zp.eq(self.x_zp),
+                summer.d_magnitude.eq(pipe.magnitudes[lane]),
+                summer.d_negative.eq(pipe.negatives[lane]),
                 summer.x_significand.eq(x_significand), summer.x_exponent.eq(x_exponent),
                 summer.b_first.eq(pipe.b_first), summer.c_valid.eq(pipe.c_valid),
             ]

@@ -21,7 +21,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from sfnpu.hw.avgpool import AvgPool, Float32Divider, QuantizeLane, SumLane
+from sfnpu.hw.avgpool import AvgPool, Float32Divider, QuantizeLane, SumLane, code_difference
 from sfnpu.numeric import pool_output_size, qlinear_avg_pool, qrange
 from sfnpu.tb.verilator import REPO_ROOT, VectorHarness
 from stream_bench import interleaved_beats_of, interleaved_tensor_of
@@ -131,6 +131,42 @@ def scale_choices(rng, count):
                       ).astype(F32))
 
 
+class CodeDifference(wiring.Component):
+    """:func:`code_difference` with its results registered, as the average pool has them."""
+    code: In(8)
+    in_signed: In(1)
+    x_zp: In(9)
+    magnitude: Out(9)
+    negative: Out(1)
+
+    def elaborate(self, platform):
+        m = Module()
+        magnitude, negative = code_difference(self.code, self.in_signed,
+                                              self.x_zp.as_signed())
+        m.d.sync += [self.magnitude.eq(magnitude), self.negative.eq(negative)]
+        return m
+
+
+def test_code_difference_for_every_code_and_zero_point():
+    """|x − x_zp| and its sign for every code of int8 and uint8 against every zero point of
+    the code's type."""
+    vectors = {"code": [], "in_signed": [], "x_zp": []}
+    want_d = []
+    for signed in (0, 1):
+        lo, hi = qrange(bool(signed))
+        x, zp = np.meshgrid(np.arange(lo, hi + 1), np.arange(lo, hi + 1))
+        vectors["code"].append(x.ravel() & 0xFF)
+        vectors["in_signed"].append(np.full(x.size, signed))
+        vectors["x_zp"].append(zp.ravel() & 0x1FF)
+        want_d.append((x - zp).ravel())
+    vectors = {name: np.concatenate(columns) for name, columns in vectors.items()}
+    want_d = np.concatenate(want_d)
+    out = VectorHarness(CodeDifference(), "avgpool_code_difference",
+                        BUILD / "code_difference").run(vectors, flush=1)
+    assert np.array_equal(out["magnitude"][1:], np.abs(want_d))
+    assert np.array_equal(out["negative"][1:], (want_d < 0).astype(np.int64))
+
+
 def test_window_sum_matches_float32_on_verilator():
     """Windows of 1–9 codes summed as v = float32(x − x_zp)·x_s, s = (0 + v₀) + v₁ + …"""
     rng = np.random.default_rng(3)
@@ -142,7 +178,7 @@ def test_window_sum_matches_float32_on_verilator():
     period = 2 * 9 + 2 + SumLane.TO_B + SumLane.READ_OUT
     n = windows * period
     vectors = {name: np.zeros(n, np.int64) for name in
-               ("code", "in_signed", "x_zp", "x_significand", "x_exponent", "b_first",
+               ("d_magnitude", "d_negative", "x_significand", "x_exponent", "b_first",
                 "c_valid")}
     sig, exp = split_float(scales)
     codes = []
@@ -153,12 +189,12 @@ def test_window_sum_matches_float32_on_verilator():
         codes.append(window)
         base = k * period
         element_cycles = base + 2 * np.arange(sizes[k])
-        vectors["code"][element_cycles] = window & 0xFF
+        d = window - zps[k]
+        vectors["d_magnitude"][element_cycles] = np.abs(d)
+        vectors["d_negative"][element_cycles] = d < 0
         vectors["b_first"][base + SumLane.TO_B] = 1
         vectors["c_valid"][element_cycles + SumLane.TO_B + 1] = 1
         span = slice(base, base + period)
-        vectors["in_signed"][span] = signed[k]
-        vectors["x_zp"][span] = zps[k]
         vectors["x_significand"][span] = sig[k]
         vectors["x_exponent"][span] = exp[k]
     harness = VectorHarness(SumLane(), "avgpool_sum_lane", BUILD / "sum_lane")
