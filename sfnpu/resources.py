@@ -57,17 +57,14 @@ class FamilyTerms:
 #: fixed, the controller's and single-instance blocks' (prefetch and sequencer address
 #: products, upsampler, global-average requantiser, stream arbiters). LUTs: LUT4 + 2 per
 #: CCU2C (a carry cell takes two LUT positions). UltraScale's 27×18 multipliers take the same
-#: float32-exact units in 8 DSP48E2 per lane (exact on the three points of
-#: :data:`XILINX_CALIBRATION`, measured before the adder and the scaler shared their
-#: products and the requantiser kept one multiplier: fewer per lane since, ``ecp5-ulx3s``
-#: packed 67 → 59 DSP48E2 with the shared products on 2026-11-30; the UltraScale rows and
-#: terms are not yet measured again); LUTs are LUT1–LUT6 (carry chains, LUT RAM and shift
+#: float32-exact units in 6 DSP48E2 per lane (exact on the four points of
+#: :data:`XILINX_CALIBRATION`); LUTs are LUT1–LUT6 (carry chains, LUT RAM and shift
 #: registers are separate cells there).
 TERMS = {
     "ecp5": FamilyTerms("MULT18X18D", "LUT4", multipliers_per_lane=7, multipliers_fixed=28,
                         luts_per_mac=274, luts_per_lane=7_544, luts_fixed=16_687),
-    "ultrascale": FamilyTerms("DSP48E2", "LUT6", multipliers_per_lane=8, multipliers_fixed=27,
-                              luts_per_mac=180, luts_per_lane=4_267, luts_fixed=11_017),
+    "ultrascale": FamilyTerms("DSP48E2", "LUT6", multipliers_per_lane=6, multipliers_fixed=27,
+                              luts_per_mac=177, luts_per_lane=4_807, luts_fixed=9_025),
 }
 #: Feature-map buffers are stored once: one read port (input and shortcut readers share it)
 #: and one write port each, a simple dual-port memory.
@@ -157,18 +154,20 @@ CALIBRATION = (
                 multipliers=396, bram18k=464, lut4=154781, ccu2c=26372),
 )
 
-#: The UltraScale+ measurements (DSP packing on, as kcu1500 has it; 2026-11-29, each
-#: feature-map buffer one memory). The LUT terms are solved from the first three rows; the
-#: last (packing off) checks the multiplier terms on a fourth point.
+#: The UltraScale+ measurements (DSP packing on, as kcu1500 has it; 2026-11-30, the shared
+#: eltwise/scaler products, one multiplier per requantiser and the pools' shared line
+#: stores, 1d8eaae's RTL; ``--jobs 1``: 36 min beside other jobs). The LUT terms are solved
+#: from the first three rows; the last (packing off) checks the multiplier terms on a fourth
+#: point.
 XILINX_CALIBRATION = (
-    XilinxCalibration("ecp5-ulx3s", dict(dsp_packing=True), dsp48e2=67, ramb36e2=54,
-                      ramb18e2=20, lut=30961, carry=3682),
-    XilinxCalibration("tiny", dict(dsp_packing=True), dsp48e2=123, ramb36e2=137, ramb18e2=33,
-                      lut=56656, carry=6018),
-    XilinxCalibration("tiny", dict(ti=16, to=16, dsp_packing=True), dsp48e2=283,
-                      ramb36e2=131, ramb18e2=241, lut=125298, carry=11438),
-    XilinxCalibration("ecp5-ulx3s", dict(), dsp48e2=75, ramb36e2=54, ramb18e2=20, lut=30570,
-                      carry=3643),
+    XilinxCalibration("ecp5-ulx3s", dict(dsp_packing=True), dsp48e2=59, ramb36e2=50,
+                      ramb18e2=20, lut=31088, carry=4023),
+    XilinxCalibration("tiny", dict(dsp_packing=True), dsp48e2=107, ramb36e2=129, ramb18e2=33,
+                      lut=58822, carry=6635),
+    XilinxCalibration("tiny", dict(ti=16, to=16, dsp_packing=True), dsp48e2=251,
+                      ramb36e2=131, ramb18e2=211, lut=131302, carry=12608),
+    XilinxCalibration("ecp5-ulx3s", dict(), dsp48e2=67, ramb36e2=50, ramb18e2=20, lut=30655,
+                      carry=3980),
 )
 
 

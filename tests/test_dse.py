@@ -131,16 +131,16 @@ def test_resource_estimate_finds_what_does_not_fit():
 
 
 def test_ultrascale_estimate_counts_dsp48e2_and_lut6():
-    """kcu1500 is estimated with UltraScale's terms (8 DSP48E2 per lane, not ECP5's 7
+    """kcu1500 is estimated with UltraScale's terms (6 DSP48E2 per lane, not ECP5's 7
     MULT18X18D) and its LUTs are checked: the RTL as it stands does not fit the XCKU115."""
     kcu = CONFIGS["kcu1500"]
     need = resources.estimate(kcu)
     assert need.family == "ultrascale" and need.lut_name == "LUT6"
-    assert need.multipliers == kcu.macs // 2 + 8 * kcu.lanes + 27
+    assert need.multipliers == kcu.macs // 2 + 6 * kcu.lanes + 27
     assert resources.estimate(kcu, "ecp5").multipliers == kcu.macs // 2 + 7 * kcu.lanes + 28
     short = resources.shortfalls(need, DEVICES["XCKU115"])
     assert any("LUT6, XCKU115 has 663360" in s for s in short)
-    assert not any("DSP48E2" in s for s in short)       # 2 587 of 5 520
+    assert not any("DSP48E2" in s for s in short)       # 2 459 of 5 520
 
 
 def test_rtl_problems_name_what_the_controller_cannot_build():
