@@ -216,11 +216,10 @@ class SumLane(wiring.Component):
     held as sign and magnitude);
     ``S`` read out as a float (exact). The element comes as ``|d|`` and the sign of ``d``
     (``d_magnitude``, ``d_negative``: :func:`code_difference`), from a register: stage A's
-    multiplier starts at it. The caller
-    sequences the stages (``b_first``: the
-    element in stage B starts a window; ``c_valid``: stage C holds an element): an element's
-    ``|d|`` in cycle *t* is in stage B in cycle *t* + :attr:`TO_B`. Elements come at most every
-    other cycle, so that B finds the previous element's S. The float outputs show ``S``
+    multiplier starts at it. The caller sequences the stages (``b_first``: the element in
+    stage B starts a window; ``c_valid``: stage C holds an element): an element's ``|d|`` in
+    cycle *t* is in stage B in cycle *t* + :attr:`TO_B`. Elements come at most every other
+    cycle, so that B finds the previous element's S. The float outputs show ``S``
     :attr:`READ_OUT` cycles after it is final."""
 
     TO_B = 2
